@@ -1,0 +1,19 @@
+"""fcall: swap parameter sets into PyTorch modules, free under ``torch.compile``.
+
+>>> import torch, fcall
+>>> from torch import nn
+>>> model = nn.Linear(2, 1)
+>>> params = fcall.from_module(model).detach().clone().zero_()
+>>> with fcall.swap(params, model):
+...     model(torch.ones(2))
+tensor([0.])
+"""
+
+from ._api import from_module as from_module
+from ._api import functional_call as functional_call
+from ._api import swap as swap
+from ._api import to_module as to_module
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "from_module", "functional_call", "swap", "to_module"]

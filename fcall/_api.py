@@ -1,0 +1,284 @@
+"""The public swap API: ``to_module``, ``swap``, ``functional_call``, ``from_module``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from . import _errors, _flatten
+from ._context import attach
+from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
+from ._plan import Plan, plan_for
+
+Params = TensorDictBase | Mapping[str, Any]
+
+
+def to_module(
+    params: Params,
+    module: nn.Module,
+    *,
+    inplace: bool | None = None,
+    return_swap: bool = True,
+    swap_dest: TensorDictBase | dict | None = None,
+    use_state_dict: bool = False,
+    non_blocking: bool = False,
+    preserve_module_state: bool = True,
+    memo: None = None,
+) -> TensorDictBase | dict | None:
+    """Write ``params`` into the parameters and buffers of ``module``.
+
+    tensordict's ``TensorDictBase.to_module`` with every keyword, traceable by
+    ``torch.compile(fullgraph=True)`` without graph breaks or recompiles.
+
+    Args:
+        params: a TensorDict (nested keys), a TensorDictParams, or a dict (nested,
+            or with flat ``"a.b.weight"`` keys). Keys name parameters and buffers as
+            ``module.named_parameters()`` does; for a ``torch.compile``-d or
+            DDP-wrapped module the ``_orig_mod.`` / ``module.`` prefix is optional.
+            Keys that ``params`` lacks keep the module's own value (partial swap).
+        module: the module to write into.
+        inplace: copy the values into the module's own tensors, which keep their
+            identity. ``None`` behaves like ``False``.
+        return_swap: return the values the module held before the call.
+        swap_dest: with ``return_swap``, a TensorDict (or dict) to write the old
+            values into and to return.
+        use_state_dict: run the ``load_state_dict`` pre-hooks of the module and of
+            its submodules once, on a flat state dict, before swapping.
+        non_blocking: passed to the copies of ``inplace=True``. A swap without
+            ``inplace`` copies nothing.
+        preserve_module_state: parameters stay parameters with their
+            ``requires_grad`` and buffers stay buffers. A value that requires grad
+            or is batched by ``vmap`` goes into a parameter slot as it is, so
+            gradients reach it. If ``False``, a plain tensor that replaces a
+            parameter becomes a plain attribute (tensordict's historical
+            behaviour).
+        memo: no longer accepted: passing it raises ``RuntimeError``.
+
+    Returns:
+        A TensorDict of the old values (or ``swap_dest``), or ``None`` with
+        ``return_swap=False``. The returned TensorDict is a context manager: on
+        exit, normal or by exception, the module gets back the very objects it
+        held, registered as before.
+
+    Raises:
+        KeyError: a key names no parameter or buffer; the message lists the
+            nearest existing keys.
+        TypeError: a value is not a tensor, or ``module`` is not an ``nn.Module``.
+        RuntimeError: ``memo`` is given, or ``inplace`` with ``use_state_dict``.
+
+    In every error case the module is left exactly as it was. When the module
+    ties two names to one tensor and ``params`` gives only one, both names see
+    the new value.
+
+    >>> import torch
+    >>> from torch import nn
+    >>> import fcall
+    >>> module = nn.Linear(3, 4)
+    >>> zeros = fcall.from_module(module).detach().clone().zero_()
+    >>> old = fcall.to_module(zeros, module)
+    >>> bool((module.weight == 0).all()), isinstance(module.weight, nn.Parameter)
+    (True, True)
+    >>> _ = fcall.to_module(old, module)  # the very same Parameter objects come back
+    >>> module.weight is old["weight"]
+    True
+    >>> with fcall.to_module(zeros, module):
+    ...     y = module(torch.ones(2, 3))
+    >>> bool((y == 0).all()), module.weight is old["weight"]
+    (True, True)
+    """
+    api = "fcall.to_module"
+    if memo is not None:
+        raise RuntimeError(_errors.memo_given(api))
+    _check_module(module, api)
+    if swap_dest is not None and not isinstance(swap_dest, (TensorDictBase, dict)):
+        raise TypeError(_errors.bad_swap_dest(api, swap_dest))
+    if use_state_dict:
+        if inplace is not None:
+            raise RuntimeError(_errors.inplace_with_state_dict(api))
+        params = _through_load_state_dict_pre_hooks(params, module, api)
+    leaves = _flatten.flatten(params, api)
+    plan = plan_for(module, leaves.keys, api, tie_weights=True, strict=False)
+    mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
+    swap = prepare(plan, leaves, mode, api, non_blocking)
+    out = _old_values(leaves.keys, swap.old_given(), swap_dest) if return_swap else None
+    commit(swap)
+    if isinstance(out, TensorDictBase):
+        attach(out, swap)
+    return out
+
+
+class swap:  # noqa: N801 - a context manager, named like one
+    """Swap ``params`` into ``module`` for the duration of a ``with`` block.
+
+    ``with fcall.swap(params, model) as old:`` runs the block with ``params`` in
+    the module and binds ``old`` to a TensorDict of the values it held. On exit,
+    normal or by exception, the module gets back the very same Parameter and
+    buffer objects, registered as before. Values go into their slots as they are,
+    like ``torch.func.functional_call``: no new Parameter is made, so gradients
+    reach every leaf that requires grad. In-place updates during the block
+    (BatchNorm running stats) land in the params' tensors, and a buffer that
+    ``forward`` reassigns is written back into ``params`` on exit.
+
+    Args:
+        params: a TensorDict, a TensorDictParams, or a dict (nested or flat keys).
+        module: the module to swap into.
+        strict: if ``True``, every parameter and buffer of the module must have a
+            value in ``params`` (``RuntimeError`` listing the missing keys).
+        tie_weights: names that the module ties to one tensor all see the value
+            given for any of them; different values for tied names raise
+            ``ValueError``. With ``False`` each name takes only its own value.
+
+    Unknown keys raise ``KeyError`` and non-tensor values ``TypeError``, before
+    anything is written.
+
+    >>> import torch
+    >>> from torch import nn
+    >>> import fcall
+    >>> model = nn.Linear(2, 2)
+    >>> ones = {"weight": torch.ones(2, 2), "bias": torch.zeros(2)}
+    >>> with fcall.swap(ones, model) as old:
+    ...     model(torch.tensor([1.0, 2.0]))
+    tensor([3., 3.])
+    >>> model.weight is old["weight"]
+    True
+    """
+
+    def __init__(
+        self, params: Params, module: nn.Module, *, strict: bool = False, tie_weights: bool = True
+    ) -> None:
+        self._params = params
+        self._module = module
+        self._strict = strict
+        self._tie_weights = tie_weights
+        self._swap: Swap | None = None
+
+    def __enter__(self) -> TensorDict:
+        self._swap, leaves = _swap_in(
+            self._params, self._module, "fcall.swap", self._strict, self._tie_weights
+        )
+        return _flatten.to_tensordict(leaves.keys, self._swap.old_given())
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> bool:
+        if self._swap is not None:
+            swapped, self._swap = self._swap, None
+            restore(swapped)
+        return False
+
+
+def functional_call(
+    module: nn.Module,
+    params: Params,
+    args: Any = (),
+    kwargs: dict[str, Any] | None = None,
+    *,
+    tie_weights: bool = True,
+    strict: bool = False,
+) -> Any:
+    """Call ``module`` with ``params`` in place of its parameters and buffers.
+
+    A drop-in for ``torch.func.functional_call`` that also takes a nested
+    TensorDict, a TensorDictParams or a nested dict, and that raises ``KeyError``
+    on a key the module does not have (torch silently ignores it). The module is
+    restored exactly on return and on exception.
+
+    >>> import torch
+    >>> from torch import nn
+    >>> import fcall
+    >>> from tensordict import TensorDict
+    >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+    >>> params = TensorDict({"0": {"weight": torch.eye(2), "bias": torch.ones(2)}})
+    >>> fcall.functional_call(model, params, (torch.tensor([1.0, -3.0]),))
+    tensor([2., 0.])
+    """
+    if not isinstance(args, tuple):
+        args = (args,)
+    swapped, _ = _swap_in(params, module, "fcall.functional_call", strict, tie_weights)
+    try:
+        return module(*args, **(kwargs or {}))
+    finally:
+        restore(swapped)
+
+
+def from_module(module: nn.Module) -> TensorDict:
+    """A TensorDict of the parameters and buffers of ``module``, with nested keys.
+
+    The leaves are the module's own tensors (no copy). Tied names appear once per
+    name, sharing one tensor, and non-persistent buffers are included.
+
+    >>> from torch import nn
+    >>> import fcall
+    >>> params = fcall.from_module(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
+    >>> sorted(params.keys(include_nested=True, leaves_only=True))[:3]
+    [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
+    >>> params["0", "weight"].shape
+    torch.Size([4, 3])
+    """
+    _check_module(module, "fcall.from_module")
+    keys, values = [], []
+    for named in (module.named_parameters, module.named_buffers):
+        for name, tensor in named(remove_duplicate=False):
+            keys.append(tuple(name.split(".")))
+            values.append(tensor)
+    return _flatten.to_tensordict(keys, values)
+
+
+def _swap_in(
+    params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
+) -> tuple[Swap, _flatten.Leaves]:
+    _check_module(module, api)
+    leaves = _flatten.flatten(params, api)
+    plan = plan_for(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+    _check_tied_values(plan, leaves, api)
+    swapped = prepare(plan, leaves, AS_IS, api, False)
+    commit(swapped)
+    return swapped, leaves
+
+
+def _check_tied_values(plan: Plan, leaves: _flatten.Leaves, api: str) -> None:
+    for indexes in plan.tie_sources:
+        first = leaves.values[indexes[0]]
+        if any(leaves.values[i] is not first for i in indexes[1:]):
+            names = [".".join(leaves.keys[i]) for i in indexes]
+            raise ValueError(_errors.tied_conflict(api, names))
+
+
+def _check_module(module: Any, api: str) -> None:
+    if not isinstance(module, nn.Module):
+        raise TypeError(_errors.not_a_module(api, module))
+
+
+def _old_values(
+    keys: list[_flatten.Key], old: list[Any], swap_dest: TensorDictBase | dict | None
+) -> TensorDictBase | dict:
+    if swap_dest is None:
+        return _flatten.to_tensordict(keys, old)
+    if isinstance(swap_dest, dict):
+        for key, value in zip(keys, old):
+            node = swap_dest
+            for name in key[:-1]:
+                node = node.setdefault(name, {})
+            node[key[-1]] = value
+        return swap_dest
+    for key, value in zip(keys, old):
+        swap_dest[key] = value
+    return swap_dest
+
+
+def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:
+    """Run every ``load_state_dict`` pre-hook once, as ``module.load_state_dict`` would."""
+    leaves = _flatten.flatten(params, api)
+    state = {".".join(key): value for key, value in zip(leaves.keys, leaves.values)}
+    for prefix, submodule in module.named_modules():
+        for hook in submodule._load_state_dict_pre_hooks.values():
+            hook(state, f"{prefix}." if prefix else "", {}, True, [], [], [])
+    return state

@@ -1,0 +1,38 @@
+"""The TensorDict returned by ``to_module`` restores the module when used in ``with``.
+
+tensordict already turns some of its methods into context managers: the
+returned TensorDict carries ``_last_op = (name, (args, kwargs, ref))`` and its
+``__exit__`` calls ``LAST_OP_MAPS[name]``. fcall registers its own op name there,
+so that a plain ``TensorDict`` (or the user's ``swap_dest``) restores the module
+through fcall's exact ``restore``, and adds the name to the ops that are undone
+when the block raises. No TensorDict subclass is needed, which keeps Dynamo on
+the TensorDict paths it already traces.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tensordict.base as _td_base
+from tensordict._contextlib import LAST_OP_MAPS
+
+from ._engine import Swap, restore
+
+OP_NAME = "_fcall_to_module"
+
+
+def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
+    (swap,) = args
+    restore(swap)
+
+
+def _no_previous() -> None:
+    return None
+
+
+def attach(out: Any, swap: Swap) -> None:
+    out._last_op = (OP_NAME, ((swap,), {}, _no_previous))
+
+
+LAST_OP_MAPS[OP_NAME] = _restore_on_exit
+_td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {OP_NAME})

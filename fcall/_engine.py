@@ -1,0 +1,186 @@
+"""Apply a plan: write the new values into the module's slots, and undo it exactly.
+
+A swap runs in two steps so that nothing is written before everything is known
+to succeed: ``prepare`` reads the old values, decides what each slot receives
+(and checks in-place copies), and ``commit`` writes. ``restore`` puts back the
+very objects that were there, in their slots and in their order, and writes a
+buffer that ``forward`` reassigned back into the params container.
+
+Modes:
+    AS_IS     ``swap`` / ``functional_call``: each value goes into the slot as it
+              is, like ``torch.func.functional_call`` (no new Parameter is made).
+    PRESERVE  ``to_module(preserve_module_state=True)``: a value that does not
+              track gradients and replaces a Parameter is wrapped in a Parameter
+              with the old ``requires_grad``; everything else goes in as it is.
+    REPLACE   ``to_module(preserve_module_state=False)``: a plain tensor that
+              replaces a Parameter becomes a plain attribute, a Parameter that
+              replaces a buffer becomes a parameter.
+    INPLACE   ``to_module(inplace=True)``: values are copied into the module's own
+              tensors, which keep their identity.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import _errors
+from ._flatten import Leaves
+from ._plan import Plan
+
+AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
+
+
+class Swap:
+    """One applied swap, with what it takes to undo it."""
+
+    __slots__ = ("holders", "mode", "new", "non_blocking", "old", "plan", "targets")
+
+    def __init__(self, plan: Plan, mode: str, holders: list, non_blocking: bool) -> None:
+        self.plan = plan
+        self.mode = mode
+        self.holders = holders
+        self.non_blocking = non_blocking
+        self.old: list[Any] = []
+        self.new: list[Any] = []
+        self.targets: list[dict] | None = None  # per entry, only when a value changes dict
+
+    def old_given(self) -> list[Any]:
+        return self.old[: self.plan.given]
+
+
+def prepare(plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool) -> Swap:
+    swap = Swap(plan, mode, leaves.holders, non_blocking)
+    values = leaves.values
+    if mode == INPLACE:
+        swap.old = _check_inplace(plan, values, api)
+        swap.new = [values[entry[2]] for entry in plan.entries[: plan.given]]
+        return swap
+    swap.old = [slot[name] for slot, name, _, _, _ in plan.entries]
+    if mode == PRESERVE:
+        swap.new = _registered_values(plan, values, swap.old)
+    else:
+        swap.new = [values[index] for _, _, index, _, _ in plan.entries]
+    swap.targets = _targets(plan, swap.new, mode)
+    return swap
+
+
+def commit(swap: Swap) -> None:
+    if swap.mode == INPLACE:
+        _copy_into(swap.plan, swap.new, swap.non_blocking)
+    elif swap.targets is None:
+        for (slot, name, _, _, _), value in zip(swap.plan.entries, swap.new):
+            slot[name] = value
+    else:
+        for entry, target, value in zip(swap.plan.entries, swap.targets, swap.new):
+            _move(entry[0], target, entry[1], value)
+
+
+def restore(swap: Swap) -> None:
+    plan = swap.plan
+    if swap.mode == INPLACE:
+        _copy_into(plan, swap.old, swap.non_blocking)
+        return
+    targets = swap.targets or [slot for slot, _, _, _, _ in plan.entries]
+    current = [target[entry[1]] for entry, target in zip(plan.entries, targets)]
+    for entry, target, old in zip(reversed(plan.entries), reversed(targets), reversed(swap.old)):
+        _move(target, entry[0], entry[1], old)
+    _write_back(swap, current)
+
+
+def _write_back(swap: Swap, current: list[Any]) -> None:
+    """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
+    for i in range(swap.plan.given):
+        if current[i] is not swap.new[i]:
+            container, key = swap.holders[swap.plan.entries[i][2]]
+            container[key] = current[i]
+
+
+def _move(source: dict, target: dict, name: str, value: Any) -> None:
+    if target is source:
+        source[name] = value
+        return
+    order = list(source)
+    del source[name]
+    target[name] = value
+    for key in order:  # keep the registration order of the dict it left
+        if key in target and key != name:
+            target[key] = target.pop(key)
+
+
+def _registered_values(plan: Plan, values: list, old: list) -> list:
+    converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
+    new = []
+    for (_, _, index, _, kind), old_value in zip(plan.entries, old):
+        value = converted.get(index)
+        if value is None:
+            value = values[index]
+            if kind == "p" and old_value is not None:
+                value = _as_parameter_slot(value, old_value)
+            converted[index] = value
+        new.append(value)
+    return new
+
+
+def _as_parameter_slot(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
+    if isinstance(value, nn.Parameter) and value.requires_grad == old.requires_grad:
+        return value
+    if _tracks_gradients(value):
+        # A new Parameter would be a new leaf and cut the gradients off; keep
+        # the value as it is in the parameter slot, as functional_call does.
+        return value
+    return nn.Parameter(value, requires_grad=old.requires_grad)
+
+
+def _tracks_gradients(value: torch.Tensor) -> bool:
+    return value.requires_grad or torch._C._functorch.is_batchedtensor(value)
+
+
+def _targets(plan: Plan, new: list, mode: str) -> list[dict] | None:
+    targets = [_target_slot(entry, value, mode) for entry, value in zip(plan.entries, new)]
+    if all(target is entry[0] for target, entry in zip(targets, plan.entries)):
+        return None
+    return targets
+
+
+def _target_slot(entry: tuple, value: Any, mode: str) -> dict:
+    slot, _, _, owner, kind = entry
+    is_parameter = isinstance(value, nn.Parameter)
+    if mode == REPLACE:
+        if is_parameter:
+            return owner._parameters
+        return owner.__dict__ if kind in ("p", "a") else slot
+    if kind == "a" and is_parameter:
+        return owner._parameters
+    return slot
+
+
+def _check_inplace(plan: Plan, values: list, api: str) -> list:
+    saved = []
+    with torch.no_grad():
+        for (slot, name, index, _, _), key in zip(plan.entries, plan.names):
+            target, value = slot[name], values[index]
+            if target is None:
+                raise ValueError(_errors.inplace_none_target(api, key))
+            if not _fits(value.shape, target.shape):
+                raise RuntimeError(
+                    _errors.inplace_shape(api, key, tuple(value.shape), tuple(target.shape))
+                )
+            if len(saved) < plan.given:
+                saved.append(target.detach().clone())
+    return saved
+
+
+def _fits(shape: torch.Size, target: torch.Size) -> bool:
+    """Whether ``target.copy_(value)`` accepts a value of ``shape`` (it broadcasts)."""
+    if len(shape) > len(target):
+        return False
+    return all(size in (1, want) for size, want in zip(reversed(shape), reversed(target)))
+
+
+def _copy_into(plan: Plan, values: list, non_blocking: bool) -> None:
+    with torch.no_grad():
+        for (slot, name, _, _, _), value in zip(plan.entries, values):
+            slot[name].copy_(value, non_blocking=non_blocking)

@@ -1,0 +1,101 @@
+"""Message builders shared by the eager and the compiled paths.
+
+Every error names the API, the offending key, what was expected and what was
+found, and how to fix it; each one ends by saying the module was left unchanged,
+because fcall validates every key and value before it writes anything.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+UNCHANGED = "The module was left unchanged."
+
+
+def dotted(key: tuple[str, ...]) -> str:
+    return ".".join(key)
+
+
+def nearest_names(key: str, names: Iterable[str], count: int = 3) -> str:
+    matches = difflib.get_close_matches(key, list(names), n=count, cutoff=0.0)
+    return ", ".join(repr(name) for name in matches) or "none"
+
+
+def unknown_key(api: str, key: tuple[str, ...], root_name: str, names: list[str]) -> str:
+    return (
+        f"{api}: {dotted(key)!r} names no parameter or buffer of {root_name} "
+        f"(the nearest existing keys: {nearest_names(dotted(key), names)}). "
+        f"Keys must match module.named_parameters() / named_buffers(). {UNCHANGED}"
+    )
+
+
+def not_a_tensor(api: str, key: str, value: object) -> str:
+    return (
+        f"{api}: the value at {key!r} is a {type(value).__name__}, expected a torch.Tensor. "
+        f"Only tensors can be swapped into a module; remove the entry or convert it "
+        f"to a tensor. {UNCHANGED}"
+    )
+
+
+def not_a_module(api: str, module: object) -> str:
+    return (
+        f"{api}: expected an nn.Module to swap parameters into, got "
+        f"{type(module).__name__}. Pass the module as the "
+        f"{'first' if api.endswith('functional_call') else 'second'} argument."
+    )
+
+
+def bad_params(api: str, params: object) -> str:
+    return (
+        f"{api}: expected params to be a TensorDict, a TensorDictParams or a dict of "
+        f"tensors, got {type(params).__name__}."
+    )
+
+
+def missing_keys(api: str, root_name: str, missing: list[str]) -> str:
+    listed = ", ".join(repr(name) for name in sorted(missing))
+    return (
+        f"{api}(strict=True): params has no value for {len(missing)} key(s) of "
+        f"{root_name}: {listed}. Give every parameter and buffer, or pass strict=False "
+        f"to keep the module's own values for those. {UNCHANGED}"
+    )
+
+
+def tied_conflict(api: str, names: list[str]) -> str:
+    listed = ", ".join(repr(name) for name in sorted(names))
+    return (
+        f"{api}: got different tensors for the keys {listed}, which the module ties to "
+        f"one tensor. Give one of them (the others follow), the same tensor for all, "
+        f"or pass tie_weights=False. {UNCHANGED}"
+    )
+
+
+def memo_given(api: str) -> str:
+    return f"{api}: memo cannot be passed to the public to_module anymore."
+
+
+def inplace_with_state_dict(api: str) -> str:
+    return f"{api}: inplace argument cannot be passed when use_state_dict=True."
+
+
+def inplace_none_target(api: str, key: str) -> str:
+    return (
+        f"{api}(inplace=True): the module holds None at {key!r}, so there is nothing to "
+        f"copy into. Swap without inplace=True to set it. {UNCHANGED}"
+    )
+
+
+def inplace_shape(api: str, key: str, got: tuple[int, ...], expected: tuple[int, ...]) -> str:
+    return (
+        f"{api}(inplace=True): the value at {key!r} has shape {got}, which cannot be "
+        f"copied into the module's tensor of shape {expected}. Give a tensor of shape "
+        f"{expected}. {UNCHANGED}"
+    )
+
+
+def bad_swap_dest(api: str, swap_dest: object) -> str:
+    return (
+        f"{api}: swap_dest must be a TensorDictBase or a dict, got "
+        f"{type(swap_dest).__name__}."
+    )

@@ -1,0 +1,211 @@
+"""Resolve params keys to module slots once, and reuse the result.
+
+A *plan* maps every key of a params container to the dict that holds it in the
+module tree (``owner._parameters``, ``owner._buffers``, or ``owner.__dict__`` for
+a tensor that a ``preserve_module_state=False`` swap left as a plain attribute)
+and the name inside that dict. Swapping is then a loop of dict reads and writes.
+
+Plans are cached per module and per key structure in eager mode. A cached plan
+is checked before each use (``Plan.is_current``): every submodule on a key's
+path is still the same object, every owner still has the same number of
+parameters and buffers, every name is still in its dict, and tied names still
+share one tensor. Any change (a submodule replaced, a parameter registered or
+deleted, a buffer turned into a parameter, weights untied) rebuilds the plan.
+Under Dynamo no cache is used: the plan is built in the traced code, where
+Dynamo already guards on the module structure it walks.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import _errors
+from ._flatten import Key
+
+_MAX_PLANS_PER_MODULE = 16
+_CACHE: weakref.WeakKeyDictionary[nn.Module, dict[Any, Plan]] = weakref.WeakKeyDictionary()
+
+# (slot dict, name, index of the value in the params leaves, owner, kind)
+# kind: "p" parameter, "b" buffer, "a" plain tensor attribute.
+Entry = tuple[dict, str, int, nn.Module, str]
+
+
+class Plan:
+    """Where each key of a params container lives in a module tree."""
+
+    __slots__ = ("chain", "counts", "entries", "given", "names", "tie_groups", "tie_sources")
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []  # given keys first, then tied aliases
+        self.given = 0  # how many entries come from params keys
+        self.names: list[str] = []  # dotted module name of each entry
+        self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
+        self.counts: list[tuple[dict, dict, int]] = []  # (_parameters, _buffers, len sum)
+        self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
+        self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
+
+    def is_current(self) -> bool:
+        for modules, name, child in self.chain:
+            if modules.get(name) is not child:
+                return False
+        for params, buffers, total in self.counts:
+            if len(params) + len(buffers) != total:
+                return False
+        for slot, name, _, _, _ in self.entries:
+            if name not in slot:
+                return False
+        for group in self.tie_groups:
+            first = group[0][0][group[0][1]]
+            for slot, name in group:
+                if slot[name] is not first:
+                    return False
+        return True
+
+
+def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
+    """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
+    prefixes = []
+    while True:
+        if isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
+            prefixes.append("_orig_mod")
+            module = module._orig_mod
+        elif isinstance(module, nn.parallel.DistributedDataParallel):
+            prefixes.append("module")
+            module = module.module
+        else:
+            return module, prefixes
+
+
+def plan_for(
+    module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool
+) -> Plan:
+    if torch.compiler.is_compiling():
+        return build(module, keys, api, tie_weights=tie_weights, strict=strict)
+    signature = (tuple(keys), tie_weights, strict)
+    per_module = _CACHE.get(module)
+    if per_module is None:
+        per_module = _CACHE[module] = {}
+    plan = per_module.get(signature)
+    if plan is None or not plan.is_current():
+        plan = build(module, keys, api, tie_weights=tie_weights, strict=strict)
+        if len(per_module) >= _MAX_PLANS_PER_MODULE:
+            per_module.pop(next(iter(per_module)))
+        per_module[signature] = plan
+    return plan
+
+
+def build(
+    module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool
+) -> Plan:
+    root, prefixes = unwrap(module)
+    plan = Plan()
+    seen_chain: set[tuple[int, str]] = set()
+    seen_owner: set[int] = set()
+    for index, key in enumerate(keys):
+        stripped = _strip(root, key, prefixes)
+        _add_entry(plan, root, module, stripped, index, api, seen_chain, seen_owner)
+    plan.given = len(plan.entries)
+    if tie_weights or strict:
+        named = _all_named_tensors(root)
+        if tie_weights:
+            _add_tied_aliases(plan, root, module, named, api, seen_chain, seen_owner)
+        if strict:
+            missing = sorted(set(named) - set(plan.names))
+            if missing:
+                raise RuntimeError(_errors.missing_keys(api, type(module).__name__, missing))
+    return plan
+
+
+def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
+    for prefix in prefixes:
+        if len(key) > 1 and key[0] == prefix and prefix not in root._modules:
+            key = key[1:]
+    return key
+
+
+def _add_entry(
+    plan: Plan,
+    root: nn.Module,
+    module: nn.Module,
+    key: Key,
+    index: int,
+    api: str,
+    seen_chain: set,
+    seen_owner: set,
+) -> None:
+    owner = root
+    for part in key[:-1]:
+        child = owner._modules.get(part)
+        if child is None:
+            raise KeyError(_unknown(api, key, root, module))
+        if (id(owner), part) not in seen_chain:
+            seen_chain.add((id(owner), part))
+            plan.chain.append((owner._modules, part, child))
+        owner = child
+    name = key[-1]
+    slot, kind = _slot_of(owner, name)
+    if slot is None:
+        raise KeyError(_unknown(api, key, root, module))
+    if id(owner) not in seen_owner:
+        seen_owner.add(id(owner))
+        plan.counts.append(
+            (owner._parameters, owner._buffers, len(owner._parameters) + len(owner._buffers))
+        )
+    plan.entries.append((slot, name, index, owner, kind))
+    plan.names.append(".".join(key))
+
+
+def _slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
+    if name in owner._parameters:
+        return owner._parameters, "p"
+    if name in owner._buffers:
+        return owner._buffers, "b"
+    if isinstance(owner.__dict__.get(name), torch.Tensor):
+        return owner.__dict__, "a"
+    return None, ""
+
+
+def _unknown(api: str, key: Key, root: nn.Module, module: nn.Module) -> str:
+    return _errors.unknown_key(api, key, type(module).__name__, list(_all_named_tensors(root)))
+
+
+def _all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor | None]:
+    named: dict[str, torch.Tensor | None] = {}
+    named.update(root.named_parameters(remove_duplicate=False))
+    named.update(root.named_buffers(remove_duplicate=False))
+    return named
+
+
+def _add_tied_aliases(
+    plan: Plan,
+    root: nn.Module,
+    module: nn.Module,
+    named: dict,
+    api: str,
+    seen_chain: set,
+    seen_owner: set,
+) -> None:
+    names_of: dict[torch.Tensor, list[str]] = {}
+    for name, tensor in named.items():
+        if tensor is not None:
+            names_of.setdefault(tensor, []).append(name)
+    index_of_name = {name: i for i, name in enumerate(plan.names)}
+    for group in names_of.values():
+        if len(group) < 2:
+            continue
+        given = [index_of_name[name] for name in group if name in index_of_name]
+        if not given:
+            continue
+        if len(given) > 1:
+            plan.tie_sources.append([plan.entries[i][2] for i in given])
+        source = plan.entries[given[0]][2]
+        for name in group:
+            if name not in index_of_name:
+                index_of_name[name] = len(plan.entries)
+                key = tuple(name.split("."))
+                _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
+        plan.tie_groups.append([plan.entries[index_of_name[name]][:2] for name in group])
