@@ -36,7 +36,7 @@ AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
 class Swap:
     """One applied swap, with what it takes to undo it."""
 
-    __slots__ = ("holders", "mode", "new", "non_blocking", "old", "plan", "targets")
+    __slots__ = ("holders", "mode", "new", "non_blocking", "old", "orders", "plan", "targets")
 
     def __init__(self, plan: Plan, mode: str, holders: list, non_blocking: bool) -> None:
         self.plan = plan
@@ -46,6 +46,7 @@ class Swap:
         self.old: list[Any] = []
         self.new: list[Any] = []
         self.targets: list[dict] | None = None  # per entry, only when a value changes dict
+        self.orders: list[tuple[dict, list[str]]] = []  # key order of each dict a value left
 
     def old_given(self) -> list[Any]:
         return self.old[: self.plan.given]
@@ -74,6 +75,12 @@ def commit(swap: Swap) -> None:
         for (slot, name, _, _, _), value in zip(swap.plan.entries, swap.new):
             slot[name] = value
     else:
+        left = {
+            id(entry[0]): entry[0]
+            for entry, target in zip(swap.plan.entries, swap.targets)
+            if target is not entry[0]
+        }
+        swap.orders = [(slot, list(slot)) for slot in left.values()]
         for entry, target, value in zip(swap.plan.entries, swap.targets, swap.new):
             _move(entry[0], target, entry[1], value)
 
@@ -87,6 +94,9 @@ def restore(swap: Swap) -> None:
     current = [target[entry[1]] for entry, target in zip(plan.entries, targets)]
     for entry, target, old in zip(reversed(plan.entries), reversed(targets), reversed(swap.old)):
         _move(target, entry[0], entry[1], old)
+    for slot, order in swap.orders:  # a value that left a dict comes back in its place
+        for key in order:
+            slot[key] = slot.pop(key)
     _write_back(swap, current)
 
 
@@ -102,12 +112,8 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
     if target is source:
         source[name] = value
         return
-    order = list(source)
     del source[name]
     target[name] = value
-    for key in order:  # keep the registration order of the dict it left
-        if key in target and key != name:
-            target[key] = target.pop(key)
 
 
 def _registered_values(plan: Plan, values: list, old: list) -> list:

@@ -27,7 +27,6 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict._tensorcollection import TensorCollection
 from tensordict.base import _is_tensor_collection
 from tensordict.nn import TensorDictParams as _TDParamsBase
 from tensordict.utils import _BufferLegacy
@@ -72,17 +71,13 @@ def _convert_tree(td: TensorDictBase, no_convert: bool) -> None:
 
 
 @torch._dynamo.disable
-def _convert_tree_eager(td: TensorDictBase, no_convert: bool) -> None:
-    # Under compile `nn.Parameter(t)` on a tensor made in the graph graph-breaks once per leaf;
-    # running the whole conversion here costs exactly one break.
-    _convert_tree(td, no_convert)
-
-
-def _needs_conversion(td: TensorDictBase) -> bool:
-    for value in td.values(True, True):
-        if isinstance(value, torch.Tensor) and not _is_registered(value):
-            return True
-    return False
+def _construct_eagerly(cls: type, args: tuple, kwargs: dict) -> Any:
+    # Dynamo cannot build this nn.Module in the graph: `nn.Parameter(t)` on a tensor made in the
+    # graph breaks once per leaf, and a break inside __init__ leaves an "Uninitialized nn.Module"
+    # that breaks again. Building the whole object here costs exactly one graph break.
+    obj = cls(*args, **kwargs)
+    object.__setattr__(obj, "_built_outside_graph", True)
+    return obj
 
 
 def _as_key(index: Any) -> tuple[str, ...] | None:
@@ -138,6 +133,13 @@ class TensorDictParams(_TDParamsBase):
         ['params.half']
     """
 
+    _built_outside_graph = False
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TensorDictParams:
+        if is_compiling():
+            return _construct_eagerly(cls, args, kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         parameters: TensorDictBase | dict | None = None,
@@ -146,11 +148,9 @@ class TensorDictParams(_TDParamsBase):
         lock: bool = False,
         **kwargs: Any,
     ) -> None:
-        if is_compiling():
-            # Dynamo traces nn.Module.__init__ reached through super(), not the explicit call.
-            super(TensorCollection, self).__init__()
-        else:
-            nn.Module.__init__(self)
+        if is_compiling() and self._built_outside_graph:
+            return  # __new__ built it (Dynamo still calls __init__ on what __new__ returns)
+        nn.Module.__init__(self)
         if parameters is None:
             parameters = TensorDict(kwargs) if kwargs else TensorDict()
         elif kwargs:
@@ -169,16 +169,12 @@ class TensorDictParams(_TDParamsBase):
                 "fcall.TensorDictParams: `parameters` must be a TensorDict, a dict or None, "
                 f"got {type(parameters).__name__}."
             )
-        if is_compiling() and _needs_conversion(parameters):
-            _convert_tree_eager(parameters, bool(no_convert))
-        else:
-            _convert_tree(parameters, bool(no_convert))
+        _convert_tree(parameters, bool(no_convert))
         self._init_state(parameters, bool(no_convert), None, ())
         self._register_tree((), parameters)
         if lock:
             self._lock_content_td()
-        if not is_compiling():
-            self._build_views()
+        self._build_views()
 
     def _build_views(self) -> None:
         # Built eagerly so that reading a nested TensorDict under compile finds its view ready
@@ -353,7 +349,9 @@ class TensorDictParams(_TDParamsBase):
     def del_(self, key: Any) -> TensorDictParams:  # type: ignore[override]
         nested = _as_key(key)
         if nested is None:
-            raise TypeError(f"fcall.TensorDictParams.del_: expected a str or tuple key, got {key!r}")
+            raise TypeError(
+                f"fcall.TensorDictParams.del_: expected a str or tuple key, got {key!r}"
+            )
         self._remove(nested)
         return self
 
@@ -393,11 +391,8 @@ class TensorDictParams(_TDParamsBase):
         full = self._prefix + key
         view = root._views.get(full)
         if view is None or view._param_td is not sub:
-            view = type(self).__new__(type(self))
-            if is_compiling():
-                super(TensorCollection, view).__init__()
-            else:
-                nn.Module.__init__(view)
+            view = object.__new__(type(self))
+            nn.Module.__init__(view)
             view._init_state(sub, root.no_convert, root, full)
             view._register_tree((), sub)
             root._views[full] = view
@@ -549,4 +544,3 @@ class TensorDictParams(_TDParamsBase):
 
     def __repr__(self) -> str:
         return f"TensorDictParams(params={self._param_td})"
-

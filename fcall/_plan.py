@@ -98,9 +98,7 @@ def plan_for(
     return plan
 
 
-def build(
-    module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool
-) -> Plan:
+def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
     root, prefixes = unwrap(module)
     plan = Plan()
     seen_chain: set[tuple[int, str]] = set()
