@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
@@ -112,7 +111,7 @@ def to_module(
     return out
 
 
-class swap:  # noqa: N801 - a context manager, named like one
+class swap:
     """Swap ``params`` into ``module`` for the duration of a ``with`` block.
 
     ``with fcall.swap(params, model) as old:`` runs the block with ``params`` in
