@@ -13,7 +13,15 @@ from ._api import from_module as from_module
 from ._api import functional_call as functional_call
 from ._api import swap as swap
 from ._api import to_module as to_module
+from ._params import TensorDictParams as TensorDictParams
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "from_module", "functional_call", "swap", "to_module"]
+__all__ = [
+    "TensorDictParams",
+    "__version__",
+    "from_module",
+    "functional_call",
+    "swap",
+    "to_module",
+]

@@ -30,8 +30,18 @@ def _no_previous() -> None:
     return None
 
 
+def _keep_refs() -> None:
+    return None
+
+
 def attach(out: Any, swap: Swap) -> None:
     out._last_op = (OP_NAME, ((swap,), {}, _no_previous))
+    # Under Dynamo, TensorDict.__exit__ first calls clear_refs_for_compile_(),
+    # which calls type() on every leaf; on a Parameter created in the graph (a
+    # nested to_module wraps values in Parameters) that crashes the guard
+    # builder (NameError: SYNTHETIC_LOCAL). The refs it clears are weakrefs that
+    # fcall never records, so the call is skipped for this TensorDict.
+    out.clear_refs_for_compile_ = _keep_refs
 
 
 LAST_OP_MAPS[OP_NAME] = _restore_on_exit

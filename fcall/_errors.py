@@ -39,6 +39,8 @@ def not_a_tensor(api: str, key: str, value: object) -> str:
 
 
 def not_a_module(api: str, module: object) -> str:
+    if api.endswith("from_module"):
+        return f"{api}: expected an nn.Module to read parameters from, got {type(module).__name__}."
     return (
         f"{api}: expected an nn.Module to swap parameters into, got "
         f"{type(module).__name__}. Pass the module as the "
