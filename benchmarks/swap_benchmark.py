@@ -1,0 +1,280 @@
+"""Side-by-side cost of swapping parameter sets: fcall, tensordict, torch.func, the floor.
+
+Run from the repository root:
+
+    python benchmarks/swap_benchmark.py            # the full table, JSON and plot
+    python benchmarks/swap_benchmark.py --quick    # eager table only, small sizes
+
+Everything is measured in one process, one thread, as medians of repeated runs,
+and reported as ratios to the peers; absolute times on shared machines are noise.
+
+1. Eager swap + restore, no forward, on ``nn.Sequential`` of ``Linear(4, 4)``
+   (2 leaves per layer), per leaf:
+   - ``fcall.swap``:        ``with fcall.swap(td, m): pass``
+   - ``fcall.to_module``:   ``with fcall.to_module(td, m): pass``
+   - ``tensordict``:        ``with td.to_module(m): pass``
+   - ``torch.func``:        ``with torch.nn.utils.stateless._reparametrize_module(m, flat): pass``
+   - ``floor``:             a loop of precomputed ``owner._parameters[name] = tensor`` writes
+2. Compiled call ``f(x, params)`` that swaps and calls (inductor): per-call time and
+   first-compile time, fcall with a nested TensorDict against ``torch.func.functional_call``
+   with a flat dict (and tensordict's ``to_module``).
+3. ``torch.compile(model)`` with ``fcall.swap`` outside the compiled call: recompiles.
+4. Peak memory of a swap with a parameter set of at least 1 GB.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
+
+import fcall
+
+ROOT = Path(__file__).resolve().parent.parent
+EAGER_PEERS = ["fcall.swap", "fcall.to_module", "tensordict", "torch.func", "floor"]
+
+
+def chain(leaves: int) -> nn.Sequential:
+    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(leaves // 2)])
+
+
+def median_seconds(fn: Callable[[], object], number: int, repeat: int = 9) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()
+        times.append((time.perf_counter() - start) / number)
+    return statistics.median(times)
+
+
+def eager_swaps(model: nn.Module) -> dict[str, Callable[[], None]]:
+    td = fcall.from_module(model).detach().clone().requires_grad_()
+    td = td.apply(nn.Parameter)  # leaves that need no conversion in any peer
+    flat = {".".join(key): value for key, value in td.items(True, True)}
+    slots = []
+    for name, _ in model.named_parameters():
+        owner_name, _, leaf = name.rpartition(".")
+        slots.append((model.get_submodule(owner_name)._parameters, leaf, flat[name]))
+
+    def fcall_swap() -> None:
+        with fcall.swap(td, model):
+            pass
+
+    def fcall_to_module() -> None:
+        with fcall.to_module(td, model):
+            pass
+
+    def tensordict_to_module() -> None:
+        with td.to_module(model):
+            pass
+
+    def torch_func() -> None:
+        with _reparametrize_module(model, flat):
+            pass
+
+    def floor() -> None:
+        old = []
+        for slot, name, value in slots:
+            old.append(slot[name])
+            slot[name] = value
+        for (slot, name, _), value in zip(slots, old):
+            slot[name] = value
+
+    return dict(
+        zip(EAGER_PEERS, [fcall_swap, fcall_to_module, tensordict_to_module, torch_func, floor])
+    )
+
+
+def eager_table(sizes: list[int]) -> dict[int, dict[str, float]]:
+    results = {}
+    for leaves in sizes:
+        model = chain(leaves)
+        swaps = eager_swaps(model)
+        number = max(3, 20_000 // leaves)
+        results[leaves] = {
+            peer: median_seconds(fn, number) / leaves * 1e6 for peer, fn in swaps.items()
+        }
+        print_eager_row(leaves, results[leaves])
+    return results
+
+
+def print_eager_row(leaves: int, row: dict[str, float]) -> None:
+    cells = "".join(f"{row[peer]:>17.3f}" for peer in EAGER_PEERS)
+    ratio = row["fcall.swap"] / row["torch.func"]
+    ratio_tm = row["fcall.to_module"] / row["torch.func"]
+    print(f"{leaves:>7}{cells}{ratio:>12.2f}x{ratio_tm:>9.2f}x")
+
+
+def compiled_calls(sizes: list[int], backend: str) -> dict[int, dict[str, dict[str, float]]]:
+    results = {}
+    for leaves in sizes:
+        model = chain(leaves)
+        x = torch.randn(8, 4)
+        td = fcall.from_module(model).detach().clone()
+        flat = {".".join(key): value for key, value in td.items(True, True)}
+
+        def with_functional_call(x, p):
+            return torch.func.functional_call(model, p, (x,))
+
+        def with_fcall_swap(x, p):
+            with fcall.swap(p, model):
+                return model(x)
+
+        def with_tensordict(x, p):
+            with p.to_module(model):
+                return model(x)
+
+        peers = {
+            "torch.func (flat dict)": (with_functional_call, flat),
+            "fcall.swap (nested TD)": (with_fcall_swap, td),
+            "tensordict (nested TD)": (with_tensordict, td),
+        }
+        results[leaves] = {}
+        for peer, (fn, params) in peers.items():
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend=backend, fullgraph=peer.startswith("fcall"))
+            start = time.perf_counter()
+            with torch.no_grad():
+                compiled(x, params)
+            first = time.perf_counter() - start
+            with torch.no_grad():
+                per_call = median_seconds(lambda: compiled(x, params), number=20, repeat=7)
+            results[leaves][peer] = {"call_us": per_call * 1e6, "first_compile_s": first}
+        print_compiled_rows(leaves, results[leaves])
+    torch._dynamo.reset()
+    return results
+
+
+def print_compiled_rows(leaves: int, rows: dict[str, dict[str, float]]) -> None:
+    base = rows["torch.func (flat dict)"]
+    for peer, row in rows.items():
+        call_ratio = row["call_us"] / base["call_us"]
+        compile_ratio = row["first_compile_s"] / base["first_compile_s"]
+        print(
+            f"{leaves:>7}  {peer:<24}{row['call_us']:>11.1f}{call_ratio:>9.2f}x"
+            f"{row['first_compile_s']:>11.2f}{compile_ratio:>9.2f}x"
+        )
+
+
+def compiled_model_recompiles(leaves: int = 100, sets: int = 5) -> dict[str, float]:
+    """``torch.compile(model)``, swaps outside: graphs made, and the eager swap cost."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    torch._dynamo.reset()
+    model = chain(leaves)
+    counter = CompileCounterWithBackend("eager")
+    compiled = torch.compile(model, backend=counter, fullgraph=True)
+    x = torch.randn(8, 4)
+    sets_ = [fcall.from_module(model).detach().clone().normal_() for _ in range(sets)]
+    for params in sets_:
+        with fcall.swap(params, compiled):
+            compiled(x)
+    graphs = counter.frame_count
+
+    def swap_only() -> None:
+        with fcall.swap(sets_[0], compiled):
+            pass
+
+    per_leaf = median_seconds(swap_only, 200) / leaves * 1e6
+    torch._dynamo.reset()
+    print(f"  graphs over {sets} param sets: {graphs} (recompiles: {graphs - 1})")
+    print(f"  eager swap + restore through the OptimizedModule: {per_leaf:.3f} µs per leaf")
+    return {"graphs": graphs, "recompiles": graphs - 1, "swap_us_per_leaf": per_leaf}
+
+
+def _rss_peak_kib() -> tuple[int, int]:
+    fields = dict(line.split(":", 1) for line in Path("/proc/self/status").read_text().splitlines())
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+
+def peak_memory(gib: float = 1.0) -> dict[str, float]:
+    """Peak RSS growth during a swap with a parameter set of ``gib`` GiB (Linux)."""
+    side = 8192
+    layers = max(1, round(gib * 2**30 / (side * side * 4)))
+    model = nn.Sequential(*[nn.Linear(side, side, bias=False) for _ in range(layers)])
+    params = fcall.from_module(model).detach().clone()
+    size_mib = sum(t.numel() * t.element_size() for t in params.values(True, True)) / 2**20
+    results = {"param_set_mib": size_mib}
+    for name, fn in {
+        "fcall.swap": lambda: fcall.swap(params, model),
+        "fcall.to_module": lambda: fcall.to_module(params, model),
+        "fcall.to_module(inplace=True)": lambda: fcall.to_module(params, model, inplace=True),
+    }.items():
+        gc.collect()
+        Path("/proc/self/clear_refs").write_text("5")  # reset the peak to the current RSS
+        before, _ = _rss_peak_kib()
+        with fn():
+            pass
+        _, peak = _rss_peak_kib()
+        results[name] = (peak - before) / 1024
+        print(f"  {name:<32} peak growth {results[name]:>8.1f} MiB for a {size_mib:.0f} MiB set")
+    return results
+
+
+def plot(eager: dict[int, dict[str, float]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted(eager)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for peer in EAGER_PEERS:
+        ax.plot(sizes, [eager[n][peer] * n for n in sizes], marker="o", label=peer)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("leaves swapped")
+    ax.set_ylabel("swap + restore, µs (median)")
+    ax.set_title("Eager cost of one swap and restore")
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="eager table only, small sizes")
+    parser.add_argument("--backend", default="inductor")
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest.json"))
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+
+    sizes = [10, 100, 1000] if args.quick else [10, 100, 1000, 10_000]
+    print("Eager swap + restore, µs per leaf (median), and fcall / torch.func:")
+    print(f"{'leaves':>7}" + "".join(f"{peer:>17}" for peer in EAGER_PEERS)
+          + f"{'swap/func':>13}{'tm/func':>10}")  # fmt: skip
+    results: dict[str, object] = {
+        "torch": torch.__version__,
+        "eager_us_per_leaf": eager_table(sizes),
+    }
+    if not args.quick:
+        print(f"\nCompiled f(x, params) that swaps and calls ({args.backend}):")
+        print(
+            f"{'leaves':>7}  {'peer':<24}{'µs/call':>11}{'ratio':>10}{'compile s':>11}{'ratio':>10}"
+        )
+        results["compiled"] = compiled_calls([100, 1000], args.backend)
+        print("\ntorch.compile(model), fcall.swap outside the compiled call:")
+        results["compiled_model"] = compiled_model_recompiles()
+        print("\nPeak memory of one swap:")
+        results["memory_mib"] = peak_memory()
+        plot(results["eager_us_per_leaf"], ROOT / "docs" / "perf_swap.png")
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2))
+    print(f"\nwrote {out}")
+
+
+if __name__ == "__main__":
+    main()
