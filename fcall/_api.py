@@ -9,7 +9,7 @@ from typing import Any
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from . import _errors, _flatten
+from . import _distributed, _errors, _flatten
 from ._context import attach
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._plan import Plan, plan_for
@@ -74,21 +74,22 @@ def to_module(
     ties two names to one tensor and ``params`` gives only one, both names see
     the new value.
 
-    >>> import torch
-    >>> from torch import nn
-    >>> import fcall
-    >>> module = nn.Linear(3, 4)
-    >>> zeros = fcall.from_module(module).detach().clone().zero_()
-    >>> old = fcall.to_module(zeros, module)
-    >>> bool((module.weight == 0).all()), isinstance(module.weight, nn.Parameter)
-    (True, True)
-    >>> _ = fcall.to_module(old, module)  # the very same Parameter objects come back
-    >>> module.weight is old["weight"]
-    True
-    >>> with fcall.to_module(zeros, module):
-    ...     y = module(torch.ones(2, 3))
-    >>> bool((y == 0).all()), module.weight is old["weight"]
-    (True, True)
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> import fcall
+        >>> module = nn.Linear(3, 4)
+        >>> zeros = fcall.from_module(module).detach().clone().zero_()
+        >>> old = fcall.to_module(zeros, module)
+        >>> bool((module.weight == 0).all()), isinstance(module.weight, nn.Parameter)
+        (True, True)
+        >>> _ = fcall.to_module(old, module)  # the very same Parameter objects come back
+        >>> module.weight is old["weight"]
+        True
+        >>> with fcall.to_module(zeros, module):
+        ...     y = module(torch.ones(2, 3))
+        >>> bool((y == 0).all()), module.weight is old["weight"]
+        (True, True)
     """
     api = "fcall.to_module"
     if memo is not None:
@@ -103,7 +104,8 @@ def to_module(
     leaves = _flatten.flatten(params, api)
     plan = plan_for(module, leaves.keys, api, tie_weights=True, strict=False)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
-    swap = prepare(plan, leaves, mode, api, non_blocking)
+    swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
+    swap = swap or prepare(plan, leaves, mode, api, non_blocking)
     out = _old_values(leaves.keys, swap.old_given(), swap_dest) if return_swap else None
     commit(swap)
     if isinstance(out, TensorDictBase):
@@ -135,16 +137,17 @@ class swap:
     Unknown keys raise ``KeyError`` and non-tensor values ``TypeError``, before
     anything is written.
 
-    >>> import torch
-    >>> from torch import nn
-    >>> import fcall
-    >>> model = nn.Linear(2, 2)
-    >>> ones = {"weight": torch.ones(2, 2), "bias": torch.zeros(2)}
-    >>> with fcall.swap(ones, model) as old:
-    ...     model(torch.tensor([1.0, 2.0]))
-    tensor([3., 3.])
-    >>> model.weight is old["weight"]
-    True
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> import fcall
+        >>> model = nn.Linear(2, 2)
+        >>> ones = {"weight": torch.ones(2, 2), "bias": torch.zeros(2)}
+        >>> with fcall.swap(ones, model) as old:
+        ...     model(torch.tensor([1.0, 2.0]))
+        tensor([3., 3.])
+        >>> model.weight is old["weight"]
+        True
     """
 
     def __init__(
@@ -190,14 +193,15 @@ def functional_call(
     on a key the module does not have (torch silently ignores it). The module is
     restored exactly on return and on exception.
 
-    >>> import torch
-    >>> from torch import nn
-    >>> import fcall
-    >>> from tensordict import TensorDict
-    >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
-    >>> params = TensorDict({"0": {"weight": torch.eye(2), "bias": torch.ones(2)}})
-    >>> fcall.functional_call(model, params, (torch.tensor([1.0, -3.0]),))
-    tensor([2., 0.])
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> import fcall
+        >>> from tensordict import TensorDict
+        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
+        >>> params = TensorDict({"0": {"weight": torch.eye(2), "bias": torch.ones(2)}})
+        >>> fcall.functional_call(model, params, (torch.tensor([1.0, -3.0]),))
+        tensor([2., 0.])
     """
     if not isinstance(args, tuple):
         args = (args,)
@@ -214,13 +218,14 @@ def from_module(module: nn.Module) -> TensorDict:
     The leaves are the module's own tensors (no copy). Tied names appear once per
     name, sharing one tensor, and non-persistent buffers are included.
 
-    >>> from torch import nn
-    >>> import fcall
-    >>> params = fcall.from_module(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
-    >>> sorted(params.keys(include_nested=True, leaves_only=True))[:3]
-    [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
-    >>> params["0", "weight"].shape
-    torch.Size([4, 3])
+    Examples:
+        >>> from torch import nn
+        >>> import fcall
+        >>> params = fcall.from_module(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
+        >>> sorted(params.keys(include_nested=True, leaves_only=True))[:3]
+        [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
+        >>> params["0", "weight"].shape
+        torch.Size([4, 3])
     """
     _check_module(module, "fcall.from_module")
     keys, values = [], []
@@ -238,7 +243,8 @@ def _swap_in(
     leaves = _flatten.flatten(params, api)
     plan = plan_for(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
     _check_tied_values(plan, leaves, api)
-    swapped = prepare(plan, leaves, AS_IS, api, False)
+    swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)
+    swapped = swapped or prepare(plan, leaves, AS_IS, api, False)
     commit(swapped)
     return swapped, leaves
 

@@ -69,6 +69,10 @@ def prepare(plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool)
 
 
 def commit(swap: Swap) -> None:
+    if swap.mode == "sharded":  # FSDP2 modules, see fcall/_distributed.py
+        from ._distributed import commit as commit_sharded
+
+        return commit_sharded(swap)
     if swap.mode == INPLACE:
         _copy_into(swap.plan, swap.new, swap.non_blocking)
     elif swap.targets is None:
@@ -86,6 +90,10 @@ def commit(swap: Swap) -> None:
 
 
 def restore(swap: Swap) -> None:
+    if swap.mode == "sharded":  # FSDP2 modules, see fcall/_distributed.py
+        from ._distributed import restore as restore_sharded
+
+        return restore_sharded(swap)
     plan = swap.plan
     if swap.mode == INPLACE:
         _copy_into(plan, swap.old, swap.non_blocking)
@@ -97,7 +105,20 @@ def restore(swap: Swap) -> None:
     for slot, order in swap.orders:  # a value that left a dict comes back in its place
         for key in order:
             slot[key] = slot.pop(key)
+    _reset_rnn_flat_weights(plan)
     _write_back(swap, current)
+
+
+def _reset_rnn_flat_weights(plan: Plan) -> None:
+    """RNN/GRU/LSTM ``forward`` re-points ``_flat_weights`` at the swapped-in tensors
+    (``RNNBase._weights_have_changed``): point it back at the module's own, or the module
+    keeps the params alive and Dynamo recompiles on the next param set."""
+    done: list[nn.Module] = []
+    for entry in plan.entries:
+        owner = entry[3]
+        if isinstance(owner, nn.RNNBase) and not any(owner is seen for seen in done):
+            done.append(owner)
+            owner._init_flat_weights()
 
 
 def _write_back(swap: Swap, current: list[Any]) -> None:
@@ -123,7 +144,7 @@ def _registered_values(plan: Plan, values: list, old: list) -> list:
         value = converted.get(index)
         if value is None:
             value = values[index]
-            if kind == "p" and old_value is not None:
+            if kind == "p" and old_value is not None and value is not None:
                 value = _as_parameter_slot(value, old_value)
             converted[index] = value
         new.append(value)
@@ -168,6 +189,8 @@ def _check_inplace(plan: Plan, values: list, api: str) -> list:
     with torch.no_grad():
         for (slot, name, index, _, _), key in zip(plan.entries, plan.names):
             target, value = slot[name], values[index]
+            if value is None:
+                raise TypeError(_errors.not_a_tensor(api, key, value))
             if target is None:
                 raise ValueError(_errors.inplace_none_target(api, key))
             if not _fits(value.shape, target.shape):

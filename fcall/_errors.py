@@ -10,6 +10,8 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+import torch
+
 UNCHANGED = "The module was left unchanged."
 
 
@@ -17,6 +19,9 @@ def dotted(key: tuple[str, ...]) -> str:
     return ".".join(key)
 
 
+# Not traced: under torch.compile(fullgraph=False) Dynamo would otherwise trace
+# difflib for tens of seconds before the KeyError is raised.
+@torch.compiler.disable
 def nearest_names(key: str, names: Iterable[str], count: int = 3) -> str:
     matches = difflib.get_close_matches(key, list(names), n=count, cutoff=0.0)
     return ", ".join(repr(name) for name in matches) or "none"

@@ -2,7 +2,10 @@
 
 A params container is a TensorDict (nested keys), a TensorDictParams, or a dict
 (nested, or with flat ``"a.b.weight"`` keys, or both). Flattening yields, per
-leaf, its key as a tuple of names, the tensor, and where it lives (the innermost
+leaf, its key as a tuple of names, the tensor (or ``None``: a slot such as
+``bias=None`` held it, and the old values ``to_module`` returns carry it so that
+``to_module(old, module)`` puts it back; ``torch.func.functional_call`` accepts
+``None`` too), and where it lives (the innermost
 container and the key inside it) so that a buffer that ``forward`` reassigns can
 be written back on exit.
 
@@ -57,7 +60,7 @@ def _walk_tensordict(td: TensorDictBase, prefix: Key, leaves: Leaves, api: str) 
     items = td._tensordict.items() if type(td) is TensorDict else td.items()
     for name, value in items:
         key = (*prefix, name)
-        if isinstance(value, torch.Tensor):
+        if value is None or isinstance(value, torch.Tensor):
             leaves.keys.append(key)
             leaves.values.append(value)
             leaves.holders.append((td, name))
@@ -70,7 +73,7 @@ def _walk_tensordict(td: TensorDictBase, prefix: Key, leaves: Leaves, api: str) 
 def _walk_dict(tree: dict, prefix: Key, leaves: Leaves, api: str) -> None:
     for name, value in tree.items():
         key = (*prefix, *_split(name))
-        if isinstance(value, torch.Tensor):
+        if value is None or isinstance(value, torch.Tensor):
             leaves.keys.append(key)
             leaves.values.append(value)
             leaves.holders.append((tree, name))

@@ -100,6 +100,11 @@ def plan_for(
 
 def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
     root, prefixes = unwrap(module)
+    if "_orig_mod" not in prefixes:
+        # Dynamo traces a torch.compile-d module as its _orig_mod: the wrapper is
+        # not seen there, so its prefix is accepted on any module (eager and
+        # compiled alike) when the module has no submodule of that name.
+        prefixes.append("_orig_mod")
     plan = Plan()
     seen_chain: set[tuple[int, str]] = set()
     seen_owner: set[int] = set()
@@ -114,7 +119,7 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
         if strict:
             missing = sorted(set(named) - set(plan.names))
             if missing:
-                raise RuntimeError(_errors.missing_keys(api, type(module).__name__, missing))
+                raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
     return plan
 
 
@@ -168,7 +173,7 @@ def _slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
 
 
 def _unknown(api: str, key: Key, root: nn.Module, module: nn.Module) -> str:
-    return _errors.unknown_key(api, key, type(module).__name__, list(_all_named_tensors(root)))
+    return _errors.unknown_key(api, key, type(root).__name__, list(_all_named_tensors(root)))
 
 
 def _all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor | None]:

@@ -214,6 +214,7 @@ def test_doctest_example_against_fcall_export():
 
 def test_swap_and_functional_call_with_fcall():
     import fcall
+
     net = nn.Linear(3, 2)
     p = TensorDictParams(TensorDict.from_module(net).detach().clone().zero_())
     x = torch.randn(3)

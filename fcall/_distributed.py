@@ -1,0 +1,202 @@
+"""Swaps into distributed modules: FSDP2 (``fully_shard``) and DDP.
+
+FSDP2. Before each forward, ``fully_shard``'s pre-forward hook all-gathers the
+*sharded* DTensor parameters it owns and registers the unsharded result in the
+modules' ``_parameters``, over anything a dict swap put there. So for a module
+tree that contains an ``FSDPModule``, every swap (``swap``, ``functional_call``,
+``to_module`` with any ``inplace``) is done as an in-place copy into the sharded
+parameters (mode ``SHARDED``):
+
+* prepare: every FSDP module of the tree is resharded (the sharded parameters
+  are then the registered ones), each value is checked and laid out like its
+  parameter (a DTensor with the same mesh and placements is used as it is, one
+  with other placements is redistributed, a full tensor is cut locally with
+  ``distribute_tensor(..., src_data_rank=None)``: no communication), and a clone
+  of each local shard is kept;
+* commit: reshard, copy the values in under ``no_grad``;
+* restore: reshard (drops an unsharded copy holding the swapped values), copy
+  the clones back. The Parameter objects, their storage and registrations never
+  change, so FSDP's state and later forwards are as before.
+
+Buffers (not managed by FSDP) are copied the same way. A value that requires
+grad (or is batched by ``vmap``) is refused for ``swap``/``functional_call`` and
+non-inplace ``to_module``: its gradient would reach the module's own parameters,
+not the value.
+
+DDP. Swaps go into ``ddp.module`` (keys with or without ``module.``) and the
+outputs are right, but DDP's reducer watches only its own parameters: gradients
+of swapped leaves would not be all-reduced. Values that require grad are
+therefore refused when ``module`` is the DDP wrapper; swapping into
+``ddp.module`` is the explicit opt-out (then all-reduce the gradients yourself).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import _errors
+from ._engine import INPLACE, Swap
+from ._plan import Plan, unwrap
+
+SHARDED = "sharded"
+
+try:  # torch built without distributed support
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.tensor import DTensor, distribute_tensor
+except ImportError:  # pragma: no cover
+    FSDPModule = DTensor = distribute_tensor = None  # type: ignore[assignment,misc]
+
+
+def prepare(
+    module: nn.Module, plan: Plan, leaves: Any, mode: str, api: str, non_blocking: bool
+) -> Swap | None:
+    """A ``SHARDED`` swap for an FSDP2 tree, a check for DDP, else ``None`` (plain swap)."""
+    if FSDPModule is None:
+        return None
+    root, prefixes = unwrap(module)
+    if _is_fsdp(root, plan):
+        return _prepare_sharded(root, plan, leaves, mode, api, non_blocking)
+    if "module" in prefixes and mode != INPLACE:
+        _refuse_grad_through_ddp(plan, leaves, api)
+    return None
+
+
+def commit(swap: Swap) -> None:
+    _reshard(swap.orders)
+    _copy(swap.targets, swap.new, swap.non_blocking)
+
+
+def restore(swap: Swap) -> None:
+    _reshard(swap.orders)
+    _copy(swap.targets, swap.old, swap.non_blocking)
+
+
+def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
+    if isinstance(root, FSDPModule):
+        return True
+    return any(isinstance(child, FSDPModule) for _, _, child in plan.chain)
+
+
+def _reshard(fsdp_modules: list) -> None:
+    for fsdp_module in fsdp_modules:
+        fsdp_module.reshard()
+
+
+def _copy(targets: list, values: list, non_blocking: bool) -> None:
+    with torch.no_grad():
+        for target, value in zip(targets, values):
+            target.copy_(value, non_blocking=non_blocking)
+
+
+def _tracks_gradients(value: torch.Tensor) -> bool:
+    return value.requires_grad or torch._C._functorch.is_batchedtensor(value)
+
+
+def _prepare_sharded(
+    root: nn.Module, plan: Plan, leaves: Any, mode: str, api: str, non_blocking: bool
+) -> Swap:
+    fsdp_modules = [m for m in root.modules() if isinstance(m, FSDPModule)]
+    _reshard(fsdp_modules)
+    swap = Swap(plan, SHARDED, leaves.holders, non_blocking)
+    swap.orders = fsdp_modules
+    swap.targets = []
+    root_name = type(root).__name__
+    with torch.no_grad():
+        for (slot, name, index, _, _), key in zip(plan.entries, plan.names):
+            target, value = slot[name], leaves.values[index]
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(_errors.not_a_tensor(api, key, value))
+            if target is None:
+                raise ValueError(_errors.inplace_none_target(api, key))
+            if mode != INPLACE and _tracks_gradients(value):
+                raise RuntimeError(_requires_grad_on_fsdp(api, key, root_name))
+            swap.targets.append(target)
+            swap.new.append(_laid_out_like(value, target, api, key))
+            swap.old.append(target.detach().clone())
+    return swap
+
+
+def _laid_out_like(value: torch.Tensor, target: torch.Tensor, api: str, key: str) -> torch.Tensor:
+    value = value.detach()
+    if not isinstance(target, DTensor):  # a buffer, or a parameter FSDP does not shard
+        if isinstance(value, DTensor):
+            value = value.full_tensor()
+        if value.shape != target.shape:
+            raise RuntimeError(_shape(api, key, value, target))
+        return value
+    if isinstance(value, DTensor):
+        if value.device_mesh != target.device_mesh:
+            raise RuntimeError(_mesh(api, key, value, target))
+        if value.shape != target.shape:
+            raise RuntimeError(_shape(api, key, value, target))
+        if tuple(value.placements) != tuple(target.placements):
+            value = value.redistribute(target.device_mesh, target.placements)
+        return value
+    if value.shape != target.shape:
+        raise RuntimeError(_shape(api, key, value, target))
+    return distribute_tensor(
+        value.to(target.device), target.device_mesh, target.placements, src_data_rank=None
+    )
+
+
+def _what_works(root_name: str) -> str:
+    return (
+        f"What works on an FSDP2 module: param sets without gradients (e.g. "
+        f"fcall.from_module({root_name.lower()}).detach().clone(), DTensors with the module's "
+        f"placements, or full tensors of the full shape), which fcall copies into the sharded "
+        f"parameters and restores exactly on exit."
+    )
+
+
+def _requires_grad_on_fsdp(api: str, key: str, root_name: str) -> str:
+    return (
+        f"{api}: {key!r} requires grad (or is batched by vmap), but {root_name} is sharded with "
+        f"FSDP2 (fully_shard). FSDP re-registers its own parameters before every forward, so "
+        f"fcall swaps by copying into the sharded parameters: gradients would reach the "
+        f"module's parameters, not this value. Pass detached values (params.detach()), or copy "
+        f"them in with fcall.to_module(params, module, inplace=True) and train the module's "
+        f"own parameters. {_what_works(root_name)} {_errors.UNCHANGED}"
+    )
+
+
+def _shape(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> str:
+    local = tuple(target.to_local().shape) if isinstance(target, DTensor) else None
+    hint = (
+        f" (the local shard has shape {local}; give the full tensor or a DTensor instead)"
+        if local is not None and tuple(value.shape) == local
+        else ""
+    )
+    return (
+        f"{api}: {key!r} has shape {tuple(value.shape)}, but the FSDP2-sharded parameter it "
+        f"replaces has full shape {tuple(target.shape)}{hint}. {_errors.UNCHANGED}"
+    )
+
+
+def _mesh(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> str:
+    return (
+        f"{api}: {key!r} is a DTensor on {value.device_mesh}, but the FSDP2-sharded parameter "
+        f"it replaces lives on {target.device_mesh}. Give a DTensor on the parameter's mesh "
+        f"or a full tensor. {_errors.UNCHANGED}"
+    )
+
+
+def _refuse_grad_through_ddp(plan: Plan, leaves: Any, api: str) -> None:
+    for (_, _, index, _, _), key in zip(plan.entries[: plan.given], plan.names):
+        value = leaves.values[index]
+        if isinstance(value, torch.Tensor) and _tracks_gradients(value):
+            raise RuntimeError(_grad_through_ddp(api, key))
+
+
+def _grad_through_ddp(api: str, key: str) -> str:
+    return (
+        f"{api}: {key!r} requires grad (or is batched by vmap), but the module is wrapped in "
+        f"DistributedDataParallel, whose gradient all-reduce only watches the wrapped module's "
+        f"own parameters: this value's gradient would silently stay local to each rank. To "
+        f"train swapped parameters, swap into ddp.module (e.g. fcall.functional_call("
+        f"ddp.module, params, args)) and all-reduce their gradients yourself "
+        f"(torch.distributed.all_reduce(p.grad); p.grad /= world_size), or pass detached "
+        f"values for a target network. {_errors.UNCHANGED}"
+    )
