@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
@@ -102,11 +103,11 @@ def to_module(
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
     leaves = _flatten.flatten(params, api)
-    plan = plan_for(module, leaves.keys, api, tie_weights=True, strict=False)
+    plan = plan_for(module, leaves, api, tie_weights=True, strict=False)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
     swap = swap or prepare(plan, leaves, mode, api, non_blocking)
-    out = _old_values(leaves.keys, swap.old_given(), swap_dest) if return_swap else None
+    out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
     commit(swap)
     if isinstance(out, TensorDictBase):
         attach(out, swap)
@@ -163,7 +164,7 @@ class swap:
         self._swap, leaves = _swap_in(
             self._params, self._module, "fcall.swap", self._strict, self._tie_weights
         )
-        return _flatten.to_tensordict(leaves.keys, self._swap.old_given())
+        return _old_tensordict(self._swap.plan, leaves, self._swap.old_given())
 
     def __exit__(
         self,
@@ -241,7 +242,7 @@ def _swap_in(
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
     leaves = _flatten.flatten(params, api)
-    plan = plan_for(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+    plan = plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict)
     _check_tied_values(plan, leaves, api)
     swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)
     swapped = swapped or prepare(plan, leaves, AS_IS, api, False)
@@ -263,10 +264,14 @@ def _check_module(module: Any, api: str) -> None:
 
 
 def _old_values(
-    keys: list[_flatten.Key], old: list[Any], swap_dest: TensorDictBase | dict | None
+    plan: Plan,
+    leaves: _flatten.Leaves,
+    old: list[Any],
+    swap_dest: TensorDictBase | dict | None,
 ) -> TensorDictBase | dict:
     if swap_dest is None:
-        return _flatten.to_tensordict(keys, old)
+        return _old_tensordict(plan, leaves, old)
+    keys = leaves.keys
     if isinstance(swap_dest, dict):
         for key, value in zip(keys, old):
             node = swap_dest
@@ -277,6 +282,14 @@ def _old_values(
     for key, value in zip(keys, old):
         swap_dest[key] = value
     return swap_dest
+
+
+def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> TensorDict:
+    if torch.compiler.is_compiling():
+        return _flatten.to_tensordict(leaves.keys, old)
+    if plan.layout is None:
+        plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
+    return _flatten.to_tensordict([], old, plan.layout)
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:

@@ -56,10 +56,14 @@ def prepare(
     """A ``SHARDED`` swap for an FSDP2 tree, a check for DDP, else ``None`` (plain swap)."""
     if FSDPModule is None:
         return None
-    root, prefixes = unwrap(module)
-    if _is_fsdp(root, plan):
+    if plan.distributed is None:  # classified once per plan: the hot path pays one lookup
+        root, prefixes = unwrap(module)
+        fsdp = _is_fsdp(root, plan)
+        plan.distributed = ("fsdp" if fsdp else "ddp" if "module" in prefixes else "", root)
+    kind, root = plan.distributed
+    if kind == "fsdp":
         return _prepare_sharded(root, plan, leaves, mode, api, non_blocking)
-    if "module" in prefixes and mode != INPLACE:
+    if kind == "ddp" and mode != INPLACE:
         _refuse_grad_through_ddp(plan, leaves, api)
     return None
 
@@ -100,7 +104,7 @@ def _prepare_sharded(
 ) -> Swap:
     fsdp_modules = [m for m in root.modules() if isinstance(m, FSDPModule)]
     _reshard(fsdp_modules)
-    swap = Swap(plan, SHARDED, leaves.holders, non_blocking)
+    swap = Swap(plan, SHARDED, leaves, non_blocking)
     swap.orders = fsdp_modules
     swap.targets = []
     root_name = type(root).__name__

@@ -36,12 +36,12 @@ AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
 class Swap:
     """One applied swap, with what it takes to undo it."""
 
-    __slots__ = ("holders", "mode", "new", "non_blocking", "old", "orders", "plan", "targets")
+    __slots__ = ("leaves", "mode", "new", "non_blocking", "old", "orders", "plan", "targets")
 
-    def __init__(self, plan: Plan, mode: str, holders: list, non_blocking: bool) -> None:
+    def __init__(self, plan: Plan, mode: str, leaves: Leaves, non_blocking: bool) -> None:
         self.plan = plan
         self.mode = mode
-        self.holders = holders
+        self.leaves = leaves
         self.non_blocking = non_blocking
         self.old: list[Any] = []
         self.new: list[Any] = []
@@ -53,18 +53,21 @@ class Swap:
 
 
 def prepare(plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool) -> Swap:
-    swap = Swap(plan, mode, leaves.holders, non_blocking)
+    swap = Swap(plan, mode, leaves, non_blocking)
     values = leaves.values
     if mode == INPLACE:
         swap.old = _check_inplace(plan, values, api)
         swap.new = [values[entry[2]] for entry in plan.entries[: plan.given]]
         return swap
-    swap.old = [slot[name] for slot, name, _, _, _ in plan.entries]
+    swap.old = [slot[name] for slot, name in plan.pairs]
     if mode == PRESERVE:
         swap.new = _registered_values(plan, values, swap.old)
+    elif plan.direct:
+        swap.new = values
     else:
         swap.new = [values[index] for _, _, index, _, _ in plan.entries]
-    swap.targets = _targets(plan, swap.new, mode)
+    if mode == REPLACE or plan.has_attributes:
+        swap.targets = _targets(plan, swap.new, mode)
     return swap
 
 
@@ -76,7 +79,7 @@ def commit(swap: Swap) -> None:
     if swap.mode == INPLACE:
         _copy_into(swap.plan, swap.new, swap.non_blocking)
     elif swap.targets is None:
-        for (slot, name, _, _, _), value in zip(swap.plan.entries, swap.new):
+        for (slot, name), value in zip(swap.plan.pairs, swap.new):
             slot[name] = value
     else:
         left = {
@@ -98,34 +101,40 @@ def restore(swap: Swap) -> None:
     if swap.mode == INPLACE:
         _copy_into(plan, swap.old, swap.non_blocking)
         return
-    targets = swap.targets or [slot for slot, _, _, _, _ in plan.entries]
-    current = [target[entry[1]] for entry, target in zip(plan.entries, targets)]
-    for entry, target, old in zip(reversed(plan.entries), reversed(targets), reversed(swap.old)):
-        _move(target, entry[0], entry[1], old)
-    for slot, order in swap.orders:  # a value that left a dict comes back in its place
-        for key in order:
-            slot[key] = slot.pop(key)
-    _reset_rnn_flat_weights(plan)
+    if swap.targets is None:
+        current = []
+        for (slot, name), old in zip(plan.pairs, swap.old):
+            current.append(slot[name])
+            slot[name] = old
+    else:
+        current = [target[name] for target, (_, name) in zip(swap.targets, plan.pairs)]
+        for (slot, name), target, old in zip(
+            reversed(plan.pairs), reversed(swap.targets), reversed(swap.old)
+        ):
+            _move(target, slot, name, old)
+        for slot, order in swap.orders:  # a value that left a dict comes back in its place
+            for key in order:
+                slot[key] = slot.pop(key)
+    for rnn in plan.rnns:
+        _reset_rnn_flat_weights(rnn)
     _write_back(swap, current)
 
 
-def _reset_rnn_flat_weights(plan: Plan) -> None:
+def _reset_rnn_flat_weights(rnn: nn.Module) -> None:
     """RNN/GRU/LSTM ``forward`` re-points ``_flat_weights`` at the swapped-in tensors
     (``RNNBase._weights_have_changed``): point it back at the module's own, or the module
     keeps the params alive and Dynamo recompiles on the next param set."""
-    done: list[nn.Module] = []
-    for entry in plan.entries:
-        owner = entry[3]
-        if isinstance(owner, nn.RNNBase) and not any(owner is seen for seen in done):
-            done.append(owner)
-            owner._init_flat_weights()
+    rnn._init_flat_weights()
 
 
 def _write_back(swap: Swap, current: list[Any]) -> None:
     """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
+    holders = None
     for i in range(swap.plan.given):
         if current[i] is not swap.new[i]:
-            container, key = swap.holders[swap.plan.entries[i][2]]
+            if holders is None:
+                holders = swap.leaves.holders()
+            container, key = holders[swap.plan.entries[i][2]]
             container[key] = current[i]
 
 
@@ -138,6 +147,14 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 
 
 def _registered_values(plan: Plan, values: list, old: list) -> list:
+    is_parameter = _isinstance_parameter if torch.compiler.is_compiling() else _is_parameter
+    if plan.direct:  # entry i takes leaf i
+        return [
+            _as_parameter_slot(value, old_value, is_parameter)
+            if kind == "p" and old_value is not None and value is not None
+            else value
+            for (_, _, _, _, kind), value, old_value in zip(plan.entries, values, old)
+        ]
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
     for (_, _, index, _, kind), old_value in zip(plan.entries, old):
@@ -145,20 +162,34 @@ def _registered_values(plan: Plan, values: list, old: list) -> list:
         if value is None:
             value = values[index]
             if kind == "p" and old_value is not None and value is not None:
-                value = _as_parameter_slot(value, old_value)
+                value = _as_parameter_slot(value, old_value, is_parameter)
             converted[index] = value
         new.append(value)
     return new
 
 
-def _as_parameter_slot(value: torch.Tensor, old: torch.Tensor) -> torch.Tensor:
-    if isinstance(value, nn.Parameter) and value.requires_grad == old.requires_grad:
+def _as_parameter_slot(value: torch.Tensor, old: torch.Tensor, is_parameter: Any) -> torch.Tensor:
+    if is_parameter(value) and value.requires_grad == old.requires_grad:
         return value
     if _tracks_gradients(value):
         # A new Parameter would be a new leaf and cut the gradients off; keep
         # the value as it is in the parameter slot, as functional_call does.
         return value
     return nn.Parameter(value, requires_grad=old.requires_grad)
+
+
+def _isinstance_parameter(value: Any) -> bool:
+    # Under Dynamo, type() on a Parameter made in the graph crashes the guard
+    # builder (NameError: SYNTHETIC_LOCAL); isinstance is safe.
+    return isinstance(value, nn.Parameter)
+
+
+def _is_parameter(value: Any) -> bool:
+    # In eager, skip Parameter's Python-level __instancecheck__ for the common types.
+    cls = type(value)
+    if cls is nn.Parameter:
+        return True
+    return False if cls is torch.Tensor else isinstance(value, nn.Parameter)
 
 
 def _tracks_gradients(value: torch.Tensor) -> bool:

@@ -103,3 +103,11 @@ def inplace_shape(api: str, key: str, got: tuple[int, ...], expected: tuple[int,
 
 def bad_swap_dest(api: str, swap_dest: object) -> str:
     return f"{api}: swap_dest must be a TensorDictBase or a dict, got {type(swap_dest).__name__}."
+
+
+def given_twice(api: str, names: list[str]) -> str:
+    listed = ", ".join(repr(name) for name in names)
+    return (
+        f"{api}: params gives {listed} more than once (for example as a flat "
+        f"'a.b' key and as a nested one). Give each parameter or buffer once. {UNCHANGED}"
+    )

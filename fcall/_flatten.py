@@ -28,24 +28,81 @@ Holder = tuple[Any, Any]  # (innermost container, key inside it)
 
 
 class Leaves:
-    """The leaves of a params container, in its own order."""
+    """The leaves of a params container, in its own order.
 
-    __slots__ = ("holders", "keys", "values")
+    ``signature`` identifies the key structure (it keys the plan cache);
+    ``keys`` (tuples of names) are made on first use, which in eager is only
+    when a plan or an old-values layout is built. ``holders()`` (where each
+    leaf lives) is only needed when a value must be written back into
+    ``params``, which is rare: it walks the container again.
+    """
 
-    def __init__(self) -> None:
-        self.keys: list[Key] = []
+    __slots__ = ("_keys", "api", "params", "signature", "values")
+
+    def __init__(self, params: Any, api: str) -> None:
+        self.params = params
+        self.api = api
         self.values: list[Any] = []
-        self.holders: list[Holder] = []
+        self.signature: Any = None
+        self._keys: list[Key] | None = None
+
+    @property
+    def keys(self) -> list[Key]:
+        if self._keys is None:
+            self._keys = _walk(self.params, Leaves(self.params, self.api), None).keys
+        return self._keys
+
+    def holders(self) -> list[Holder]:
+        found: list[Holder] = []
+        _walk(self.params, Leaves(self.params, self.api), found)
+        return found
 
 
 def flatten(params: Any, api: str) -> Leaves:
-    leaves = Leaves()
+    if type(params) in _EXACT and not torch.compiler.is_compiling():
+        leaves = Leaves(params, api)
+        shape: list[Any] = []
+        if _walk_exact(params._tensordict, leaves.values, shape):
+            leaves.signature = tuple(shape)
+            return leaves
+    leaves = _walk(params, Leaves(params, api), None)
+    leaves.signature = tuple(leaves.keys)
+    return leaves
+
+
+_PLAIN_TENSORS = (torch.Tensor, torch.nn.Parameter)
+
+
+def _walk_exact(entries: dict, values: list, shape: list) -> bool:
+    """Eager fast path over exact TensorDicts holding plain tensors and Parameters.
+
+    Collects the values, and in ``shape`` the names of each node in pre-order
+    (and the name of each child node before its own names), which identify the
+    key structure without making a key tuple per leaf. Returns False on
+    anything else (the general walk then runs).
+    """
+    shape.append(tuple(entries))
+    for name, value in entries.items():
+        cls = type(value)
+        if cls in _PLAIN_TENSORS:
+            values.append(value)
+        elif cls in _EXACT:
+            shape.append(name)
+            if not _walk_exact(value._tensordict, values, shape):
+                return False
+        else:
+            return False
+    return True
+
+
+def _walk(params: Any, leaves: Leaves, holders: list[Holder] | None) -> Leaves:
+    leaves._keys = []
     if isinstance(params, TensorDictBase):
-        _walk_tensordict(_wrapped(params), (), leaves, api)
+        _walk_tensordict(_wrapped(params), (), leaves, holders)
     elif isinstance(params, dict):
-        _walk_dict(params, (), leaves, api)
+        _walk_dict(params, (), leaves, holders)
     else:
-        raise TypeError(_errors.bad_params(api, params))
+        raise TypeError(_errors.bad_params(leaves.api, params))
     return leaves
 
 
@@ -56,33 +113,38 @@ def _wrapped(params: TensorDictBase) -> TensorDictBase:
     return inner if isinstance(inner, TensorDictBase) else params
 
 
-def _walk_tensordict(td: TensorDictBase, prefix: Key, leaves: Leaves, api: str) -> None:
-    items = td._tensordict.items() if type(td) is TensorDict else td.items()
+def _walk_tensordict(
+    td: TensorDictBase, prefix: Key, leaves: Leaves, holders: list[Holder] | None
+) -> None:
+    items = td._tensordict.items() if type(td) in _EXACT else td.items()
     for name, value in items:
         key = (*prefix, name)
         if value is None or isinstance(value, torch.Tensor):
-            leaves.keys.append(key)
+            leaves._keys.append(key)
             leaves.values.append(value)
-            leaves.holders.append((td, name))
+            if holders is not None:
+                holders.append((td, name))
         elif isinstance(value, TensorDictBase):
-            _walk_tensordict(_wrapped(value), key, leaves, api)
+            inner = value if type(value) in _EXACT else _wrapped(value)
+            _walk_tensordict(inner, key, leaves, holders)
         else:
-            raise TypeError(_errors.not_a_tensor(api, _errors.dotted(key), _payload(value)))
+            raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
 
 
-def _walk_dict(tree: dict, prefix: Key, leaves: Leaves, api: str) -> None:
+def _walk_dict(tree: dict, prefix: Key, leaves: Leaves, holders: list[Holder] | None) -> None:
     for name, value in tree.items():
         key = (*prefix, *_split(name))
         if value is None or isinstance(value, torch.Tensor):
-            leaves.keys.append(key)
+            leaves._keys.append(key)
             leaves.values.append(value)
-            leaves.holders.append((tree, name))
+            if holders is not None:
+                holders.append((tree, name))
         elif isinstance(value, dict):
-            _walk_dict(value, key, leaves, api)
+            _walk_dict(value, key, leaves, holders)
         elif isinstance(value, TensorDictBase):
-            _walk_tensordict(_wrapped(value), key, leaves, api)
+            _walk_tensordict(_wrapped(value), key, leaves, holders)
         else:
-            raise TypeError(_errors.not_a_tensor(api, _errors.dotted(key), _payload(value)))
+            raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
 
 
 def _split(name: Any) -> Key:
@@ -97,14 +159,17 @@ def _payload(value: Any) -> Any:
     return value.data if getattr(value, "_is_non_tensor", False) else value
 
 
-def to_tensordict(keys: list[Key], values: list[Any]) -> TensorDict:
+def to_tensordict(keys: list[Key], values: list[Any], layout: Layout | None = None) -> TensorDict:
     """``[("a", "w")], [t]`` -> ``TensorDict(a=TensorDict(w=t))``, without checks.
 
     The leaves are known tensors of the module, so the TensorDict's own
     validation is skipped: it costs more than the swap in eager, and under
     Dynamo its type checks on a Parameter created in the graph crash the guard
-    builder (``NameError: SYNTHETIC_LOCAL``).
+    builder (``NameError: SYNTHETIC_LOCAL``). In eager, with a precomputed
+    ``layout`` (see ``layout_of``), each node is made in one step.
     """
+    if layout is not None and not torch.compiler.is_compiling():
+        return _pending(layout, values)
     root = _empty()
     for key, value in zip(keys, values):
         node = root
@@ -119,3 +184,86 @@ def to_tensordict(keys: list[Key], values: list[Any]) -> TensorDict:
 
 def _empty() -> TensorDict:
     return TensorDict._new_unsafe(batch_size=torch.Size(()))
+
+
+# The nodes of a nested TensorDict in post-order (the root last); per node, its
+# entries as (name, is_leaf, index of the leaf value or of the child node).
+Layout = list[list[tuple[str, bool, int]]]
+_SCALAR = torch.Size(())
+_new_object = object.__new__
+
+
+def layout_of(keys: list[Key]) -> Layout:
+    tree: dict = {}
+    for index, key in enumerate(keys):
+        node = tree
+        for name in key[:-1]:
+            node = node.setdefault(name, {})
+        node[key[-1]] = index
+    layout: Layout = []
+
+    def visit(node: dict) -> int:
+        entries = [
+            (name, False, visit(child)) if isinstance(child, dict) else (name, True, child)
+            for name, child in node.items()
+        ]
+        layout.append(entries)
+        return len(layout) - 1
+
+    visit(tree)
+    return layout
+
+
+def _from_layout(layout: Layout, values: list[Any]) -> TensorDict:
+    # What TensorDict._new_unsafe(source, batch_size=torch.Size(())) sets,
+    # without its per-entry loop.
+    nodes: list[TensorDict] = []
+    for entries in layout:
+        node = _new_object(TensorDict)
+        attributes = node.__dict__
+        attributes["_device"] = None
+        attributes["_batch_size"] = _SCALAR
+        attributes["_td_dim_names"] = None
+        attributes["_tensordict"] = {
+            name: values[index] if is_leaf else nodes[index] for name, is_leaf, index in entries
+        }
+        nodes.append(node)
+    return nodes[-1]
+
+
+class OldValues(TensorDict):
+    """The TensorDict of old values that ``to_module`` and ``swap`` return in eager.
+
+    A plain ``TensorDict`` in every respect but one: its nested nodes are built
+    on the first read of its entries. Most swaps never read them (``with
+    fcall.swap(p, m):`` drops the result), and making one TensorDict per
+    submodule would cost more than the swap itself. Under Dynamo a plain
+    TensorDict is returned instead.
+    """
+
+    @property  # type: ignore[override]
+    def _tensordict(self) -> dict:
+        attributes = self.__dict__
+        entries = attributes.get("_entries")
+        if entries is None:
+            layout, values = attributes.pop("_layout_and_values")
+            entries = attributes["_entries"] = _from_layout(layout, values)._tensordict
+        return entries
+
+    @_tensordict.setter
+    def _tensordict(self, entries: dict) -> None:
+        self.__dict__["_entries"] = entries
+        self.__dict__.pop("_layout_and_values", None)
+
+
+_EXACT = (TensorDict, OldValues)
+
+
+def _pending(layout: Layout, values: list[Any]) -> OldValues:
+    root = _new_object(OldValues)
+    attributes = root.__dict__
+    attributes["_device"] = None
+    attributes["_batch_size"] = _SCALAR
+    attributes["_td_dim_names"] = None
+    attributes["_layout_and_values"] = (layout, values)
+    return root

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from . import _errors
-from ._flatten import Key
+from ._flatten import Key, Leaves
 
 _MAX_PLANS_PER_MODULE = 16
 _CACHE: weakref.WeakKeyDictionary[nn.Module, dict[Any, Plan]] = weakref.WeakKeyDictionary()
@@ -37,7 +37,22 @@ Entry = tuple[dict, str, int, nn.Module, str]
 class Plan:
     """Where each key of a params container lives in a module tree."""
 
-    __slots__ = ("chain", "counts", "entries", "given", "names", "tie_groups", "tie_sources")
+    __slots__ = (
+        "chain",
+        "checks",
+        "counts",
+        "direct",
+        "distributed",
+        "entries",
+        "given",
+        "has_attributes",
+        "layout",
+        "names",
+        "pairs",
+        "rnns",
+        "tie_groups",
+        "tie_sources",
+    )
 
     def __init__(self) -> None:
         self.entries: list[Entry] = []  # given keys first, then tied aliases
@@ -47,22 +62,50 @@ class Plan:
         self.counts: list[tuple[dict, dict, int]] = []  # (_parameters, _buffers, len sum)
         self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
+        # Derived once by finish(), for the hot loops:
+        self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
+        self.direct = True  # entry i takes leaf i: no tied aliases
+        self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
+        self.rnns: list[nn.Module] = []  # RNN owners, whose _flat_weights need a reset
+        self.layout: Any = None  # the old-values TensorDict layout, made on first use
+        self.distributed: Any = None  # set by _distributed on first use
+        self.checks: tuple[list, ...] = ()  # what is_current compares, as parallel lists
+
+    def finish(self) -> Plan:
+        self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
+        registries = [
+            registry for params, buffers, _ in self.counts for registry in (params, buffers)
+        ]
+        self.checks = (
+            [modules for modules, _, _ in self.chain],
+            [name for _, name, _ in self.chain],
+            [child for _, _, child in self.chain],
+            registries,
+            [len(registry) for registry in registries],
+        )
+        self.direct = len(self.entries) == self.given
+        self.has_attributes = any(kind == "a" for *_, kind in self.entries)
+        rnns = {id(e[3]): e[3] for e in self.entries if isinstance(e[3], nn.RNNBase)}
+        self.rnns = list(rnns.values())
+        return self
 
     def is_current(self) -> bool:
-        for modules, name, child in self.chain:
-            if modules.get(name) is not child:
-                return False
-        for params, buffers, total in self.counts:
-            if len(params) + len(buffers) != total:
-                return False
-        for slot, name, _, _, _ in self.entries:
+        """Whether the module tree still has the structure the plan was built on."""
+        modules, names, children, registries, sizes = self.checks
+        for parent, name, child in zip(modules, names, children):
+            if parent.get(name) is not child:
+                return False  # a submodule on a key's path was replaced or removed
+        for registry, size in zip(registries, sizes):
+            if len(registry) != size:
+                return False  # a parameter or buffer was registered or deleted
+        for slot, name in self.pairs:
             if name not in slot:
-                return False
+                return False  # a name moved to another dict (a buffer became a parameter)
         for group in self.tie_groups:
             first = group[0][0][group[0][1]]
             for slot, name in group:
                 if slot[name] is not first:
-                    return False
+                    return False  # tied names were untied
         return True
 
 
@@ -81,17 +124,17 @@ def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
 
 
 def plan_for(
-    module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool
+    module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
 ) -> Plan:
     if torch.compiler.is_compiling():
-        return build(module, keys, api, tie_weights=tie_weights, strict=strict)
-    signature = (tuple(keys), tie_weights, strict)
+        return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+    signature = (leaves.signature, tie_weights, strict)
     per_module = _CACHE.get(module)
     if per_module is None:
         per_module = _CACHE[module] = {}
     plan = per_module.get(signature)
     if plan is None or not plan.is_current():
-        plan = build(module, keys, api, tie_weights=tie_weights, strict=strict)
+        plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
         if len(per_module) >= _MAX_PLANS_PER_MODULE:
             per_module.pop(next(iter(per_module)))
         per_module[signature] = plan
@@ -112,6 +155,9 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
         stripped = _strip(root, key, prefixes)
         _add_entry(plan, root, module, stripped, index, api, seen_chain, seen_owner)
     plan.given = len(plan.entries)
+    if len(set(plan.names)) != plan.given:
+        twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
+        raise KeyError(_errors.given_twice(api, twice))
     if tie_weights or strict:
         named = _all_named_tensors(root)
         if tie_weights:
@@ -120,7 +166,7 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
             missing = sorted(set(named) - set(plan.names))
             if missing:
                 raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
-    return plan
+    return plan.finish()
 
 
 def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:

@@ -1,0 +1,116 @@
+"""The cached swap plan notices every change of the module tree between swaps."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+import fcall
+from fcall import _plan
+from fcall._flatten import OldValues
+
+
+def _params(module: nn.Module, fill: float) -> TensorDict:
+    return fcall.from_module(module).detach().clone().apply(lambda t: t.fill_(fill))
+
+
+def _cached_plans(module: nn.Module) -> dict:
+    return _plan._CACHE.get(module, {})
+
+
+def test_a_plan_is_cached_per_key_structure_and_reused():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    with fcall.swap(_params(model, 1.0), model):
+        pass
+    (plan,) = _cached_plans(model).values()
+    with fcall.swap(_params(model, 2.0), model):
+        pass
+    assert list(_cached_plans(model).values()) == [plan]
+    with fcall.swap({"0.weight": torch.zeros(2, 2)}, model):
+        pass
+    assert len(_cached_plans(model)) == 2
+
+
+def test_replaced_submodule_gets_the_swap():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    params = _params(model, 1.0)
+    with fcall.swap(params, model):
+        pass
+    model[1] = nn.Linear(2, 2)  # the cached plan points at the old submodule
+    with fcall.swap(params, model):
+        assert model[1].weight is params["1", "weight"]
+    assert model[1].weight is not params["1", "weight"]
+
+
+def test_deleted_parameter_is_an_error_not_a_silent_reinsert():
+    model = nn.Sequential(nn.Linear(2, 2))
+    params = _params(model, 1.0)
+    with fcall.swap(params, model):
+        pass
+    del model[0].bias
+    model[0].register_parameter("scale", nn.Parameter(torch.ones(2)))
+    with pytest.raises(KeyError, match=re.escape("'0.bias' names no parameter or buffer")):
+        with fcall.swap(params, model):
+            pass
+    assert "bias" not in model[0]._parameters
+
+
+def test_buffer_turned_into_parameter_stays_a_parameter():
+    model = nn.BatchNorm1d(2)
+    params = _params(model, 1.0).exclude("num_batches_tracked")
+    with fcall.swap(params, model):
+        pass
+    mean = model.running_mean
+    del model._buffers["running_mean"]
+    model.running_mean = nn.Parameter(mean.clone())
+    with fcall.swap(params, model):
+        assert model._parameters["running_mean"] is params["running_mean"]
+    assert isinstance(model.running_mean, nn.Parameter)
+    assert "running_mean" not in model._buffers
+
+
+def test_registered_parameter_is_seen_by_strict():
+    model = nn.Linear(2, 2)
+    params = _params(model, 1.0)
+    with fcall.swap(params, model, strict=True):
+        pass
+    model.register_buffer("extra", torch.zeros(1))
+    with pytest.raises(RuntimeError, match=re.escape("params has no value for 1 key(s)")):
+        with fcall.swap(params, model, strict=True):
+            pass
+
+
+def test_untied_weights_no_longer_follow_each_other():
+    model = nn.Sequential(nn.Embedding(3, 2), nn.Linear(2, 3, bias=False))
+    model[1].weight = model[0].weight
+    new = {"0.weight": torch.ones(3, 2)}
+    with fcall.swap(new, model):
+        assert model[1].weight is new["0.weight"]
+    model[1].weight = nn.Parameter(torch.zeros(3, 2))  # untie
+    with fcall.swap(new, model):
+        assert model[1].weight is not new["0.weight"]
+
+
+def test_same_slot_given_twice_is_refused():
+    model = nn.Sequential(nn.Linear(2, 2))
+    params = {"0.weight": torch.ones(2, 2), "0": {"weight": torch.zeros(2, 2)}}
+    with pytest.raises(KeyError, match=re.escape("params gives '0.weight' more than once")):
+        fcall.to_module(params, model)
+
+
+def test_old_values_build_their_nodes_on_first_read():
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    before = fcall.from_module(model)
+    old = fcall.to_module(_params(model, 0.0), model)
+    assert isinstance(old, TensorDict) and type(old) is OldValues
+    assert "_entries" not in old.__dict__  # nothing built yet
+    assert old["1", "bias"] is before["1", "bias"]
+    assert type(old["1"]) is TensorDict
+    assert old.clone()["0", "weight"].equal(before["0", "weight"])
+    with old:  # restores the module
+        pass
+    assert model[0].weight is before["0", "weight"]
