@@ -59,10 +59,10 @@ def prepare(
     if plan.distributed is None:  # classified once per plan: the hot path pays one lookup
         root, prefixes = unwrap(module)
         fsdp = _is_fsdp(root, plan)
-        plan.distributed = ("fsdp" if fsdp else "ddp" if "module" in prefixes else "", root)
-    kind, root = plan.distributed
+        plan.distributed = "fsdp" if fsdp else "ddp" if "module" in prefixes else ""
+    kind = plan.distributed
     if kind == "fsdp":
-        return _prepare_sharded(root, plan, leaves, mode, api, non_blocking)
+        return _prepare_sharded(unwrap(module)[0], plan, leaves, mode, api, non_blocking)
     if kind == "ddp" and mode != INPLACE:
         _refuse_grad_through_ddp(plan, leaves, api)
     return None

@@ -116,7 +116,7 @@ def restore(swap: Swap) -> None:
             for key in order:
                 slot[key] = slot.pop(key)
     for rnn in plan.rnns:
-        _reset_rnn_flat_weights(rnn)
+        _reset_rnn_flat_weights(rnn())
     _write_back(swap, current)
 
 
@@ -204,14 +204,14 @@ def _targets(plan: Plan, new: list, mode: str) -> list[dict] | None:
 
 
 def _target_slot(entry: tuple, value: Any, mode: str) -> dict:
-    slot, _, _, owner, kind = entry
+    slot, _, _, attributes, kind = entry
     is_parameter = isinstance(value, nn.Parameter)
     if mode == REPLACE:
         if is_parameter:
-            return owner._parameters
-        return owner.__dict__ if kind in ("p", "a") else slot
+            return attributes["_parameters"]
+        return attributes if kind in ("p", "a") else slot
     if kind == "a" and is_parameter:
-        return owner._parameters
+        return attributes["_parameters"]
     return slot
 
 

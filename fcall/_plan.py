@@ -29,7 +29,9 @@ from ._flatten import Key, Leaves
 _MAX_PLANS_PER_MODULE = 16
 _CACHE: weakref.WeakKeyDictionary[nn.Module, dict[Any, Plan]] = weakref.WeakKeyDictionary()
 
-# (slot dict, name, index of the value in the params leaves, owner, kind)
+# (slot dict, name, index of the value in the params leaves, owner.__dict__, kind)
+# The owner's __dict__ rather than the owner: a plan must not keep its module alive
+# (the cache is a WeakKeyDictionary keyed by the module).
 # kind: "p" parameter, "b" buffer, "a" plain tensor attribute.
 Entry = tuple[dict, str, int, nn.Module, str]
 
@@ -66,7 +68,7 @@ class Plan:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
-        self.rnns: list[nn.Module] = []  # RNN owners, whose _flat_weights need a reset
+        self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
         self.distributed: Any = None  # set by _distributed on first use
         self.checks: tuple[list, ...] = ()  # what is_current compares, as parallel lists
@@ -85,8 +87,6 @@ class Plan:
         )
         self.direct = len(self.entries) == self.given
         self.has_attributes = any(kind == "a" for *_, kind in self.entries)
-        rnns = {id(e[3]): e[3] for e in self.entries if isinstance(e[3], nn.RNNBase)}
-        self.rnns = list(rnns.values())
         return self
 
     def is_current(self) -> bool:
@@ -204,7 +204,9 @@ def _add_entry(
         plan.counts.append(
             (owner._parameters, owner._buffers, len(owner._parameters) + len(owner._buffers))
         )
-    plan.entries.append((slot, name, index, owner, kind))
+        if isinstance(owner, nn.RNNBase):
+            plan.rnns.append(weakref.ref(owner))
+    plan.entries.append((slot, name, index, owner.__dict__, kind))
     plan.names.append(".".join(key))
 
 

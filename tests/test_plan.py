@@ -114,3 +114,18 @@ def test_old_values_build_their_nodes_on_first_read():
     with old:  # restores the module
         pass
     assert model[0].weight is before["0", "weight"]
+
+
+@pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(2, 2)), lambda: nn.GRU(2, 2)])
+def test_a_cached_plan_does_not_keep_its_module_alive(make):
+    import gc
+    import weakref
+
+    model = make()
+    alive = weakref.ref(model)
+    with fcall.swap(_params(model, 1.0), model):
+        pass
+    fcall.to_module(fcall.to_module(_params(model, 2.0), model), model)
+    del model
+    gc.collect()
+    assert alive() is None
