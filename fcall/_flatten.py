@@ -116,7 +116,9 @@ def _wrapped(params: TensorDictBase) -> TensorDictBase:
 def _walk_tensordict(
     td: TensorDictBase, prefix: Key, leaves: Leaves, holders: list[Holder] | None
 ) -> None:
-    items = td._tensordict.items() if type(td) in _EXACT else td.items()
+    # isinstance, not type(): under Dynamo, comparing type() of two entries
+    # installs a Python-evaluated relational guard, run on every call.
+    items = td._tensordict.items() if isinstance(td, TensorDict) else td.items()
     for name, value in items:
         key = (*prefix, name)
         if value is None or isinstance(value, torch.Tensor):
@@ -125,7 +127,7 @@ def _walk_tensordict(
             if holders is not None:
                 holders.append((td, name))
         elif isinstance(value, TensorDictBase):
-            inner = value if type(value) in _EXACT else _wrapped(value)
+            inner = value if isinstance(value, TensorDict) else _wrapped(value)
             _walk_tensordict(inner, key, leaves, holders)
         else:
             raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
