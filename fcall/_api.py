@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
@@ -285,11 +284,11 @@ def _old_values(
 
 
 def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> TensorDict:
-    if torch.compiler.is_compiling():
-        return _flatten.to_tensordict(leaves.keys, old)
+    # Lazy in eager and under Dynamo alike: tracing one TensorDict per submodule
+    # that nobody reads would cost more compile time than the rest of the swap.
     if plan.layout is None:
         plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
-    return _flatten.to_tensordict([], old, plan.layout)
+    return _flatten.old_values(plan.layout, old)
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:

@@ -147,14 +147,22 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 
 
 def _registered_values(plan: Plan, values: list, old: list) -> list:
-    is_parameter = _isinstance_parameter if torch.compiler.is_compiling() else _is_parameter
-    if plan.direct:  # entry i takes leaf i
-        return [
-            _as_parameter_slot(value, old_value, is_parameter)
-            if kind == "p" and old_value is not None and value is not None
-            else value
-            for (_, _, _, _, kind), value, old_value in zip(plan.entries, values, old)
-        ]
+    compiling = torch.compiler.is_compiling()
+    is_parameter = _isinstance_parameter if compiling else _is_parameter
+    if plan.direct and not compiling:  # entry i takes leaf i; the common case inlined
+        new = []
+        for (_, _, _, _, kind), value, old_value in zip(plan.entries, values, old):
+            if (
+                kind == "p"
+                and old_value is not None
+                and value is not None
+                and not (
+                    type(value) is nn.Parameter and value.requires_grad == old_value.requires_grad
+                )
+            ):
+                value = _as_parameter_slot(value, old_value, is_parameter)
+            new.append(value)
+        return new
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
     for (_, _, index, _, kind), old_value in zip(plan.entries, old):

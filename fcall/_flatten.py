@@ -161,17 +161,14 @@ def _payload(value: Any) -> Any:
     return value.data if getattr(value, "_is_non_tensor", False) else value
 
 
-def to_tensordict(keys: list[Key], values: list[Any], layout: Layout | None = None) -> TensorDict:
+def to_tensordict(keys: list[Key], values: list[Any]) -> TensorDict:
     """``[("a", "w")], [t]`` -> ``TensorDict(a=TensorDict(w=t))``, without checks.
 
     The leaves are known tensors of the module, so the TensorDict's own
     validation is skipped: it costs more than the swap in eager, and under
     Dynamo its type checks on a Parameter created in the graph crash the guard
-    builder (``NameError: SYNTHETIC_LOCAL``). In eager, with a precomputed
-    ``layout`` (see ``layout_of``), each node is made in one step.
+    builder (``NameError: SYNTHETIC_LOCAL``).
     """
-    if layout is not None and not torch.compiler.is_compiling():
-        return _pending(layout, values)
     root = _empty()
     for key, value in zip(keys, values):
         node = root
@@ -239,8 +236,8 @@ class OldValues(TensorDict):
     A plain ``TensorDict`` in every respect but one: its nested nodes are built
     on the first read of its entries. Most swaps never read them (``with
     fcall.swap(p, m):`` drops the result), and making one TensorDict per
-    submodule would cost more than the swap itself. Under Dynamo a plain
-    TensorDict is returned instead.
+    submodule would cost more than the swap itself, in eager time and, under
+    Dynamo, in tracing time.
     """
 
     @property  # type: ignore[override]
@@ -261,7 +258,7 @@ class OldValues(TensorDict):
 _EXACT = (TensorDict, OldValues)
 
 
-def _pending(layout: Layout, values: list[Any]) -> OldValues:
+def old_values(layout: Layout, values: list[Any]) -> OldValues:
     root = _new_object(OldValues)
     attributes = root.__dict__
     attributes["_device"] = None
