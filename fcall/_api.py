@@ -10,7 +10,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from . import _distributed, _errors, _flatten
-from ._context import attach
+from ._context import attach, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._plan import Plan, plan_for
 
@@ -23,12 +23,12 @@ def to_module(
     *,
     inplace: bool | None = None,
     return_swap: bool = True,
-    swap_dest: TensorDictBase | dict | None = None,
+    swap_dest: TensorDictBase | None = None,
     use_state_dict: bool = False,
     non_blocking: bool = False,
     preserve_module_state: bool = True,
     memo: None = None,
-) -> TensorDictBase | dict | None:
+) -> TensorDictBase | None:
     """Write ``params`` into the parameters and buffers of ``module``.
 
     tensordict's ``TensorDictBase.to_module`` with every keyword, traceable by
@@ -44,8 +44,8 @@ def to_module(
         inplace: copy the values into the module's own tensors, which keep their
             identity. ``None`` behaves like ``False``.
         return_swap: return the values the module held before the call.
-        swap_dest: with ``return_swap``, a TensorDict (or dict) to write the old
-            values into and to return.
+        swap_dest: with ``return_swap``, a TensorDict to write the old values
+            into and to return.
         use_state_dict: run the ``load_state_dict`` pre-hooks of the module and of
             its submodules once, on a flat state dict, before swapping.
         non_blocking: passed to the copies of ``inplace=True``. A swap without
@@ -95,7 +95,7 @@ def to_module(
     if memo is not None:
         raise RuntimeError(_errors.memo_given(api))
     _check_module(module, api)
-    if swap_dest is not None and not isinstance(swap_dest, (TensorDictBase, dict)):
+    if swap_dest is not None and not isinstance(swap_dest, TensorDictBase):
         raise TypeError(_errors.bad_swap_dest(api, swap_dest))
     if use_state_dict:
         if inplace is not None:
@@ -104,12 +104,17 @@ def to_module(
     leaves = _flatten.flatten(params, api)
     plan = plan_for(module, leaves, api, tie_weights=True, strict=False)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
+    if mode != INPLACE and swap_dest is None:
+        undone = _exact_inverse(params, module, leaves)
+        if undone is not None:  # to_module(old, module): put everything back in its place
+            current = restore(undone)[: undone.plan.given]
+            return _old_tensordict(plan, leaves, current) if return_swap else None
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
     swap = swap or prepare(plan, leaves, mode, api, non_blocking)
     out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
     commit(swap)
     if isinstance(out, TensorDictBase):
-        attach(out, swap)
+        attach(out, swap, module)
     return out
 
 
@@ -249,6 +254,16 @@ def _swap_in(
     return swapped, leaves
 
 
+def _exact_inverse(params: Params, module: nn.Module, leaves: _flatten.Leaves) -> Swap | None:
+    undone = undone_by(params, module)
+    if undone is None:
+        return None
+    old = undone.old_given()
+    if len(old) != len(leaves.values) or any(a is not b for a, b in zip(old, leaves.values)):
+        return None  # the TensorDict was changed since: a plain swap of what it holds
+    return undone
+
+
 def _check_tied_values(plan: Plan, leaves: _flatten.Leaves, api: str) -> None:
     for indexes in plan.tie_sources:
         first = leaves.values[indexes[0]]
@@ -263,22 +278,11 @@ def _check_module(module: Any, api: str) -> None:
 
 
 def _old_values(
-    plan: Plan,
-    leaves: _flatten.Leaves,
-    old: list[Any],
-    swap_dest: TensorDictBase | dict | None,
-) -> TensorDictBase | dict:
+    plan: Plan, leaves: _flatten.Leaves, old: list[Any], swap_dest: TensorDictBase | None
+) -> TensorDictBase:
     if swap_dest is None:
         return _old_tensordict(plan, leaves, old)
-    keys = leaves.keys
-    if isinstance(swap_dest, dict):
-        for key, value in zip(keys, old):
-            node = swap_dest
-            for name in key[:-1]:
-                node = node.setdefault(name, {})
-            node[key[-1]] = value
-        return swap_dest
-    for key, value in zip(keys, old):
+    for key, value in zip(leaves.keys, old):
         swap_dest[key] = value
     return swap_dest
 

@@ -14,16 +14,35 @@ from __future__ import annotations
 from typing import Any
 
 import tensordict.base as _td_base
+from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 
-from ._engine import Swap, restore
+from ._engine import PRESERVE, REPLACE, Swap, restore
 
 OP_NAME = "_fcall_to_module"
 
 
 def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
-    (swap,) = args
+    swap, _ = args
     restore(swap)
+
+
+def undone_by(params: Any, module: Any) -> Swap | None:
+    """The swap that ``to_module(params, module)`` exactly undoes, if any.
+
+    ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned, not
+    yet restored, and still holding the very objects it was returned with.
+    Restoring through the record puts every name back in its dict and in its
+    place, which a generic swap cannot do for a parameter that a
+    ``preserve_module_state=False`` swap had turned into a plain attribute.
+    """
+    last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
+    if not last_op or last_op[0] != OP_NAME:
+        return None
+    swap, owner = last_op[1][0]
+    if owner is not module or swap.done or swap.mode not in (PRESERVE, REPLACE):
+        return None
+    return swap
 
 
 def _no_previous() -> None:
@@ -34,8 +53,8 @@ def _keep_refs() -> None:
     return None
 
 
-def attach(out: Any, swap: Swap) -> None:
-    out._last_op = (OP_NAME, ((swap,), {}, _no_previous))
+def attach(out: Any, swap: Swap, module: Any) -> None:
+    out._last_op = (OP_NAME, ((swap, module), {}, _no_previous))
     # Under Dynamo, TensorDict.__exit__ first calls clear_refs_for_compile_(),
     # which calls type() on every leaf; on a Parameter created in the graph (a
     # nested to_module wraps values in Parameters) that crashes the guard

@@ -36,7 +36,17 @@ AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
 class Swap:
     """One applied swap, with what it takes to undo it."""
 
-    __slots__ = ("leaves", "mode", "new", "non_blocking", "old", "orders", "plan", "targets")
+    __slots__ = (
+        "done",
+        "leaves",
+        "mode",
+        "new",
+        "non_blocking",
+        "old",
+        "orders",
+        "plan",
+        "targets",
+    )
 
     def __init__(self, plan: Plan, mode: str, leaves: Leaves, non_blocking: bool) -> None:
         self.plan = plan
@@ -47,6 +57,7 @@ class Swap:
         self.new: list[Any] = []
         self.targets: list[dict] | None = None  # per entry, only when a value changes dict
         self.orders: list[tuple[dict, list[str]]] = []  # key order of each dict a value left
+        self.done = False  # restored already: a second restore must not undo later swaps
 
     def old_given(self) -> list[Any]:
         return self.old[: self.plan.given]
@@ -92,15 +103,20 @@ def commit(swap: Swap) -> None:
             _move(entry[0], target, entry[1], value)
 
 
-def restore(swap: Swap) -> None:
+def restore(swap: Swap) -> list[Any]:
+    """Undo ``swap``; returns what the slots held just before (the given entries first)."""
+    if swap.done:
+        return []
+    swap.done = True
     if swap.mode == "sharded":  # FSDP2 modules, see fcall/_distributed.py
         from ._distributed import restore as restore_sharded
 
-        return restore_sharded(swap)
+        restore_sharded(swap)
+        return []
     plan = swap.plan
     if swap.mode == INPLACE:
         _copy_into(plan, swap.old, swap.non_blocking)
-        return
+        return []
     if swap.targets is None:
         current = []
         for (slot, name), old in zip(plan.pairs, swap.old):
@@ -118,6 +134,7 @@ def restore(swap: Swap) -> None:
     for rnn in plan.rnns:
         _reset_rnn_flat_weights(rnn())
     _write_back(swap, current)
+    return current
 
 
 def _reset_rnn_flat_weights(rnn: nn.Module) -> None:

@@ -102,7 +102,10 @@ def inplace_shape(api: str, key: str, got: tuple[int, ...], expected: tuple[int,
 
 
 def bad_swap_dest(api: str, swap_dest: object) -> str:
-    return f"{api}: swap_dest must be a TensorDictBase or a dict, got {type(swap_dest).__name__}."
+    return (
+        f"{api}: swap_dest must be a TensorDict (it is returned and restores the module "
+        f"in `with`), got {type(swap_dest).__name__}."
+    )
 
 
 def given_twice(api: str, names: list[str]) -> str:

@@ -235,7 +235,10 @@ def test_inplace_into_a_none_slot_is_a_value_error():
 
 def test_swap_dest_of_the_wrong_type_is_a_type_error():
     m = Net()
-    msg = "fcall.to_module: swap_dest must be a TensorDictBase or a dict, got list."
+    msg = (
+        "fcall.to_module: swap_dest must be a TensorDict (it is returned and restores the "
+        "module in `with`), got list."
+    )
     params = {"lin.weight": torch.zeros(4, 3)}
     raises_and_unchanged(m, TypeError, msg, fcall.to_module, params, m, swap_dest=[])
 

@@ -128,13 +128,15 @@ def test_swap_dest_tensordict_as_context_manager_restores():
     assert_same_state(m, before)
 
 
-def test_swap_dest_dict_is_filled_nested_and_returned():
+def test_old_values_given_back_undo_a_replace_swap_exactly():
     m = Net()
-    weight = m.lin.weight
-    dest: dict = {}
-    out = fcall.to_module(zeros_like_params(m), m, swap_dest=dest)
-    assert out is dest
-    assert dest["lin"]["weight"] is weight
+    before = state(m)
+    plain = {"lin": {"weight": torch.zeros(4, 3), "bias": torch.zeros(4)}}
+    old = fcall.to_module(plain, m, preserve_module_state=False)
+    assert "weight" not in m.lin._parameters  # now a plain attribute
+    back = fcall.to_module(old, m)
+    assert_same_state(m, before)  # same objects, dicts and order
+    assert back["lin", "weight"] is plain["lin"]["weight"]
 
 
 def test_context_manager_restores_on_normal_exit():

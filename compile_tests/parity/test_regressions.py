@@ -1,0 +1,117 @@
+"""Regression tests for bugs the parity suite found in fcall."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from torch import nn
+from torch._dynamo.testing import CompileCounterWithBackend
+
+import fcall
+
+from . import checks
+
+
+def _params(module):
+    return {k: torch.randn_like(v).requires_grad_() for k, v in module.named_parameters()}
+
+
+def test_rnn_flat_weights_point_back_at_the_module_after_a_swap():
+    gru, x = nn.GRU(2, 2, batch_first=True), torch.randn(2, 3, 2)
+    params = _params(gru)
+    fcall.functional_call(gru, params, (x,))
+    with fcall.swap(_params(gru), gru):
+        gru(x)
+    assert all(a is b for a, b in zip(gru._flat_weights, gru._parameters.values()))
+
+
+def test_rnn_second_param_set_does_not_recompile():
+    # allow_rnn is set for every parity test by conftest's fixture.
+    lstm, x = nn.LSTM(2, 2, batch_first=True), torch.randn(2, 3, 2)
+    counter = CompileCounterWithBackend("eager")
+    step = torch.compile(
+        lambda m, p, x: fcall.functional_call(m, p, (x,)), backend=counter, fullgraph=True
+    )
+    for _ in range(3):
+        step(lstm, _params(lstm), x)
+    assert counter.frame_count == 1
+
+
+# ------------------------------------------------------------ torch limits, pinned
+
+
+class _BatchNorm1dNet(nn.Module):
+    """Linear, BatchNorm1d over (N, C, L), Linear: the minimal torch triggers."""
+
+    def __init__(self, contiguous: bool):
+        super().__init__()
+        self.contiguous = contiguous
+        self.lin = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4).eval()
+        self.head = nn.Linear(4, 4)
+
+    def forward(self, x):
+        x = self.lin(x).transpose(1, 2)
+        x = x.contiguous() if self.contiguous else x
+        return self.head(self.bn(x).transpose(1, 2))
+
+
+CALLS = {
+    "no_swap": lambda m, p, x: m(x),
+    "torch_func": lambda m, p, x: torch.func.functional_call(m, p, (x,)),
+    "fcall": lambda m, p, x: fcall.functional_call(m, p, (x,)),
+}
+
+
+@pytest.mark.parametrize("how", sorted(CALLS))
+@pytest.mark.parametrize(
+    ("contiguous", "grad"), [(False, False), (True, True)], ids=["transposed_fwd", "contig_bwd"]
+)
+def test_torch_aot_batchnorm1d_fails_with_and_without_fcall(how, contiguous, grad):
+    """torch bug, not fcall's: under aot_eager BatchNorm1d on a 3-D input fails with
+    "view size is not compatible...", in forward for a transposed input (CPU eager
+    batch_norm returns a contiguous output, its fake/meta kernel predicts the input's
+    strides) and in backward even for a contiguous one; a plain compiled module fails
+    alike. So the generator leaves BatchNorm1d out for AOT backends
+    (generators.BN1D_BACKENDS). When this test fails, torch is fixed: widen that."""
+    call, model, x = CALLS[how], _BatchNorm1dNet(contiguous), torch.randn(2, 3, 4)
+    params = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    for name, _ in model.named_parameters():
+        params[name].requires_grad_(grad)
+    assert call(model, params, x).shape == x.shape  # eager is fine
+    torch._dynamo.reset()
+    compiled = torch.compile(call, backend="aot_eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match=re.escape(checks.KNOWN_AOT_ERROR)):
+        out = compiled(model, params, x)
+        out.sum().backward()
+
+
+def test_torch_aot_rnn_with_mixed_swapped_leaves_fails_with_and_without_fcall():
+    """Why generators.RNN_BACKENDS is eager only; when this fails, torch is fixed."""
+    torch.manual_seed(0)
+    lstm, x = nn.LSTM(8, 8, batch_first=True), torch.randn(2, 3, 8)
+    params = {}
+    for i, (name, value) in enumerate(lstm.named_parameters()):
+        fresh = torch.randn_like(value)
+        params[name] = (fresh.requires_grad_(), fresh, nn.Parameter(fresh))[i % 3]
+    for call in (torch.func.functional_call, fcall.functional_call):
+        torch._dynamo.reset()
+        step = torch.compile(lambda p, x, call=call: call(lstm, p, (x,))[0], backend="aot_eager")
+        with pytest.raises(Exception, match="tensors_saved_with_vc_check to be Tensors"):
+            step(params, x).sum().backward()
+
+
+def test_tied_names_under_vmap_arrive_as_two_tensors_for_torch_too():
+    """Why the vmap tests give tied names once: both refuse two batched copies."""
+    model = nn.Sequential(nn.Linear(2, 2, bias=False), nn.Linear(2, 2, bias=False))
+    model[1].weight = model[0].weight
+    shared = torch.randn(3, 2, 2)
+    stacked = {"0.weight": shared, "1.weight": shared}
+    for call, message in (
+        (torch.func.functional_call, "which are tied"),
+        (fcall.functional_call, "which the module ties to one tensor"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            torch.vmap(lambda p, call=call: call(model, p, (torch.ones(2),)))(stacked)
