@@ -10,8 +10,10 @@ the swap per call (the median time of a swapped call minus that of a plain call)
 
 from __future__ import annotations
 
+import logging
 import statistics
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -206,6 +208,10 @@ def table(rows: list[dict[str, Any]]) -> str:
 
 
 def main() -> list[dict[str, Any]]:
+    # The peers' crashes are results in the table; Dynamo's own logs of them
+    # (tracebacks, recompile-limit warnings) would bury it.
+    torch._logging.set_logs(all=logging.CRITICAL)
+    warnings.filterwarnings("ignore")
     torch.manual_seed(0)
     print("fcall demo: swapping parameter sets under torch.compile, fcall beside its peers")
     print(f"torch {torch.__version__}; Dynamo with a graph counter; 5 new param sets per row\n")
