@@ -95,14 +95,25 @@ def eager_swaps(model: nn.Module) -> dict[str, Callable[[], None]]:
     )
 
 
-def eager_table(sizes: list[int]) -> dict[int, dict[str, float]]:
+def eager_table(sizes: list[int], rounds: int = 15) -> dict[int, dict[str, float]]:
+    """Per leaf, the median over ``rounds`` of each peer, the peers taking turns in each
+    round: load that comes and goes on a shared machine hits every peer alike."""
     results = {}
     for leaves in sizes:
         model = chain(leaves)
         swaps = eager_swaps(model)
         number = max(3, 20_000 // leaves)
+        times: dict[str, list[float]] = {peer: [] for peer in swaps}
+        for fn in swaps.values():
+            fn()  # warm: builds and caches fcall's plan, like any repeated swap
+        for _ in range(rounds):
+            for peer, fn in swaps.items():
+                start = time.perf_counter()
+                for _ in range(number):
+                    fn()
+                times[peer].append((time.perf_counter() - start) / number)
         results[leaves] = {
-            peer: median_seconds(fn, number) / leaves * 1e6 for peer, fn in swaps.items()
+            peer: statistics.median(samples) / leaves * 1e6 for peer, samples in times.items()
         }
         print_eager_row(leaves, results[leaves])
     return results
