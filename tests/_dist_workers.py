@@ -93,6 +93,24 @@ def close(a: torch.Tensor, b: torch.Tensor) -> bool:
     return bool(torch.allclose(a, b, atol=1e-6))
 
 
+def compiled_graphs(step: Callable, *args: Any) -> dict[str, Any]:
+    """Graphs and graph breaks of ``step(*args)`` compiled, and whether fullgraph=True traces."""
+    from torch._dynamo.testing import CompileCounter
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    counter = CompileCounter()
+    result: dict[str, Any] = {"run": outcome(lambda: torch.compile(step, backend=counter)(*args))}
+    result["graphs"] = counter.frame_count
+    result["breaks"] = sum(counters["graph_break"].values())
+    torch._dynamo.reset()
+    whole = torch.compile(step, backend="eager", fullgraph=True)
+    result["fullgraph"] = outcome(lambda: whole(*args))
+    torch._dynamo.reset()
+    return result
+
+
 def outcome(fn: Callable) -> str:
     """``"ok"`` or ``"TypeName: message"`` (first 300 characters)."""
     try:
@@ -206,6 +224,8 @@ def fsdp_job(rank: int) -> dict[str, Any]:
     if "y" in res:
         checks["compile_fsdp_correct"] = close(res["y"], y_full)
     checks["unchanged_after_compile"] = unchanged()
+    checks["compile_fsdp_graphs"] = compiled_graphs(step, full, x)
+    checks["unchanged_after_graph_count"] = unchanged()
     dist.barrier()
     return checks
 
@@ -281,6 +301,8 @@ def ddp_job(rank: int) -> dict[str, Any]:
         checks["compile_ddp"] = outcome(lambda: res.setdefault("y", compiled(full, x)))
     if "y" in res:
         checks["compile_ddp_correct"] = close(res["y"], y_full)
+    with torch.no_grad():
+        checks["compile_ddp_graphs"] = compiled_graphs(step, full, x)
     return checks
 
 
@@ -336,6 +358,7 @@ def tp_job(rank: int) -> dict[str, Any]:
     checks["compile_tp"] = outcome(lambda: res.setdefault("y", compiled(dparams, x)))
     if "y" in res:
         checks["compile_tp_correct"] = close(res["y"], y_full)
+    checks["compile_tp_graphs"] = compiled_graphs(step, dparams, x)
     checks["unchanged_after_compile"] = all(
         p is before[n] for n, p in model.named_parameters()
     ) and close(model(x), y_ref)

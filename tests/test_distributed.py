@@ -109,3 +109,18 @@ def test_example_script_runs():
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "target network OK" in proc.stdout
+
+
+def test_compile_graph_counts_pinned(results):
+    """What Dynamo does with each, counted: TP traces whole; DDP and FSDP2 break in torch."""
+    for checks in results:
+        tp = checks["tp"]["compile_tp_graphs"]
+        assert tp == {"run": "ok", "graphs": 1, "breaks": 0, "fullgraph": "ok"}
+        ddp = checks["ddp"]["compile_ddp_graphs"]
+        assert ddp["run"] == "ok"
+        # Dynamo marks DistributedDataParallel._inside_ddp_forward as not traceable.
+        assert "_inside_ddp_forward" in ddp["fullgraph"]
+        fsdp = checks["fsdp"]["compile_fsdp_graphs"]
+        assert fsdp["run"] == "ok" and fsdp["graphs"] > 1 and fsdp["breaks"] > 0
+        # FSDP2's DTensor hooks: "Missing `as_proxy()` implementation" for a DTensorSpec.
+        assert "Failed to convert args/kwargs to proxy" in fsdp["fullgraph"]
