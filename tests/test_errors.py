@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import pytest
 import torch
+from module_state import assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
@@ -27,29 +28,6 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.lin(x)) + self.offset
-
-
-def state(module: nn.Module) -> list:
-    out = []
-    for name, mod in module.named_modules(remove_duplicate=False):
-        for where, slots in (("p", mod._parameters), ("b", mod._buffers)):
-            for key, value in slots.items():
-                grad = None if value is None else value.requires_grad
-                out.append((name, where, key, value, type(value), grad))
-        out.append((name, "np", sorted(mod._non_persistent_buffers_set)))
-        out.append((name, "attrs", [k for k, v in mod.__dict__.items() if torch.is_tensor(v)]))
-    return out
-
-
-def assert_same_state(module: nn.Module, before: list) -> None:
-    after = state(module)
-    assert len(after) == len(before)
-    for a, b in zip(after, before):
-        for x, y in zip(a, b, strict=True):
-            if torch.is_tensor(x) or torch.is_tensor(y):
-                assert x is y, (a[:3], b[:3])
-            else:
-                assert x == y, (a, b)
 
 
 def values_before(module: nn.Module) -> TensorDict:

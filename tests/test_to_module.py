@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from module_state import assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
@@ -48,32 +49,6 @@ class Counter(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.count = self.count + 1
         return self.lin(x) + self.count
-
-
-def state(module: nn.Module) -> list:
-    """Every tensor slot of every submodule: the objects, their dict, order and flags."""
-    out = []
-    for name, mod in module.named_modules(remove_duplicate=False):
-        for where, slots in (("p", mod._parameters), ("b", mod._buffers)):
-            for key, value in slots.items():
-                grad = None if value is None else value.requires_grad
-                out.append((name, where, key, value, type(value), grad))
-        out.append((name, "np", sorted(mod._non_persistent_buffers_set)))
-        attrs = [k for k, v in mod.__dict__.items() if isinstance(v, torch.Tensor)]
-        out.append((name, "attrs", attrs))
-    return out
-
-
-def assert_same_state(module: nn.Module, before: list) -> None:
-    after = state(module)
-    assert len(after) == len(before)
-    for a, b in zip(after, before):
-        assert len(a) == len(b)
-        for x, y in zip(a, b):
-            if isinstance(x, torch.Tensor) or isinstance(y, torch.Tensor):
-                assert x is y, (a[:3], b[:3])
-            else:
-                assert x == y, (a, b)
 
 
 def zeros_like_params(module: nn.Module) -> TensorDict:
