@@ -12,7 +12,7 @@ import re
 
 import pytest
 import torch
-from module_state import assert_same_state, state
+from support import Counter, Net, Tied, assert_same_state, flat, state
 from tensordict import TensorDict
 from torch import nn
 from torch._dynamo.exc import BackendCompilerFailed, Unsupported
@@ -20,47 +20,6 @@ from torch._dynamo.exc import BackendCompilerFailed, Unsupported
 import fcall
 
 BACKENDS = ["eager", "aot_eager"]
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(3, 4)
-        self.bn = nn.BatchNorm1d(4)
-        self.register_buffer("offset", torch.zeros(4), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.lin(x)) + self.offset
-
-
-class Tied(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(5, 3)
-        self.head = nn.Linear(3, 5, bias=False)
-        self.head.weight = self.emb.weight
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.head(self.emb(idx))
-
-
-class Counter(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(2, 2)
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.count = self.count + 1
-        return self.lin(x) + self.count
-
-
-def key(k: str | tuple) -> tuple:
-    return k if isinstance(k, tuple) else (k,)
-
-
-def flat(td: TensorDict) -> dict:
-    return {".".join(key(k)): v for k, v in td.items(True, True)}
 
 
 def fresh(module: nn.Module) -> TensorDict:

@@ -12,22 +12,11 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from module_state import assert_same_state, state
+from support import Net, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
-
-
-class Net(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(3, 4)
-        self.bn = nn.BatchNorm1d(4)
-        self.register_buffer("offset", torch.zeros(4), persistent=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.bn(self.lin(x)) + self.offset
 
 
 def values_before(module: nn.Module) -> TensorDict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from module_state import assert_same_state, state
+from support import Counter, Tied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
@@ -23,32 +23,6 @@ class Net(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.lin(x)) * self.scale + self.offset
-
-
-class Tied(nn.Module):
-    """An embedding whose weight is shared with the output head."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(5, 3)
-        self.head = nn.Linear(3, 5, bias=False)
-        self.head.weight = self.emb.weight
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.head(self.emb(idx))
-
-
-class Counter(nn.Module):
-    """A module whose forward reassigns a buffer."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.lin = nn.Linear(2, 2)
-        self.register_buffer("count", torch.zeros(()))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.count = self.count + 1
-        return self.lin(x) + self.count
 
 
 def zeros_like_params(module: nn.Module) -> TensorDict:

@@ -1,0 +1,84 @@
+"""Shared by tests/ and compile_tests/: small modules, key helpers, and what "the
+module is exactly as before" means.
+
+``state`` records every tensor slot of every submodule: the very objects, the dict
+that holds them (parameter / buffer / plain attribute) and its order, their
+``requires_grad``, and the non-persistent buffer names.
+"""
+
+from __future__ import annotations
+
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+
+class Net(nn.Module):
+    """A Linear, a BatchNorm and a non-persistent buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.register_buffer("offset", torch.zeros(4), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.lin(x)) + self.offset
+
+
+class Tied(nn.Module):
+    """An embedding whose weight is shared with the output head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(5, 3)
+        self.head = nn.Linear(3, 5, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(idx))
+
+
+class Counter(nn.Module):
+    """A module whose forward reassigns a buffer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count = self.count + 1
+        return self.lin(x) + self.count
+
+
+def key(k: str | tuple) -> tuple:
+    return k if isinstance(k, tuple) else (k,)
+
+
+def flat(td: TensorDict) -> dict:
+    """A TensorDict as a flat dict with dotted keys."""
+    return {".".join(key(k)): v for k, v in td.items(True, True)}
+
+
+def state(module: nn.Module) -> list:
+    out = []
+    for name, mod in module.named_modules(remove_duplicate=False):
+        for where, slots in (("p", mod._parameters), ("b", mod._buffers)):
+            for key, value in slots.items():
+                grad = None if value is None else value.requires_grad
+                out.append((name, where, key, value, type(value), grad))
+        out.append((name, "np", sorted(mod._non_persistent_buffers_set)))
+        out.append((name, "attrs", [k for k, v in mod.__dict__.items() if torch.is_tensor(v)]))
+    return out
+
+
+def assert_same_state(module: nn.Module, before: list) -> None:
+    after = state(module)
+    assert len(after) == len(before)
+    for a, b in zip(after, before):
+        for x, y in zip(a, b, strict=True):
+            if torch.is_tensor(x) or torch.is_tensor(y):
+                assert x is y, (a[:3], b[:3])
+            else:
+                assert x == y, (a, b)
