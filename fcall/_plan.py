@@ -42,7 +42,6 @@ class Plan:
     __slots__ = (
         "chain",
         "checks",
-        "counts",
         "direct",
         "distributed",
         "entries",
@@ -51,6 +50,7 @@ class Plan:
         "layout",
         "names",
         "pairs",
+        "registries",
         "rnns",
         "tie_groups",
         "tie_sources",
@@ -61,7 +61,7 @@ class Plan:
         self.given = 0  # how many entries come from params keys
         self.names: list[str] = []  # dotted module name of each entry
         self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
-        self.counts: list[tuple[dict, dict, int]] = []  # (_parameters, _buffers, len sum)
+        self.registries: list[dict] = []  # each owner's _parameters and _buffers
         self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
         # Derived once by finish(), for the hot loops:
@@ -75,15 +75,12 @@ class Plan:
 
     def finish(self) -> Plan:
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
-        registries = [
-            registry for params, buffers, _ in self.counts for registry in (params, buffers)
-        ]
         self.checks = (
             [modules for modules, _, _ in self.chain],
             [name for _, name, _ in self.chain],
             [child for _, _, child in self.chain],
-            registries,
-            [len(registry) for registry in registries],
+            self.registries,
+            [len(registry) for registry in self.registries],
         )
         self.direct = len(self.entries) == self.given
         self.has_attributes = any(kind == "a" for *_, kind in self.entries)
@@ -201,9 +198,7 @@ def _add_entry(
         raise KeyError(_unknown(api, key, root, module))
     if id(owner) not in seen_owner:
         seen_owner.add(id(owner))
-        plan.counts.append(
-            (owner._parameters, owner._buffers, len(owner._parameters) + len(owner._buffers))
-        )
+        plan.registries += (owner._parameters, owner._buffers)
         if isinstance(owner, nn.RNNBase):
             plan.rnns.append(weakref.ref(owner))
     plan.entries.append((slot, name, index, owner.__dict__, kind))
