@@ -126,44 +126,69 @@ def print_eager_row(leaves: int, row: dict[str, float]) -> None:
     print(f"{leaves:>7}{cells}{ratio:>12.2f}x{ratio_tm:>9.2f}x")
 
 
-def compiled_calls(sizes: list[int], backend: str) -> dict[int, dict[str, dict[str, float]]]:
+def _swap_and_call_peers(model: nn.Module) -> dict[str, Callable]:
+    def with_functional_call(x, p):
+        return torch.func.functional_call(model, p, (x,))
+
+    def with_fcall_swap(x, p):
+        with fcall.swap(p, model):
+            return model(x)
+
+    def with_tensordict(x, p):
+        with p.to_module(model):
+            return model(x)
+
+    return {
+        "torch.func (flat dict)": with_functional_call,
+        "fcall.swap (nested TD)": with_fcall_swap,
+        "tensordict (nested TD)": with_tensordict,
+    }
+
+
+def compiled_calls(
+    sizes: list[int], backend: str, rounds: int = 9
+) -> dict[int, dict[str, dict[str, float]]]:
+    """First-compile time of each peer, then per-call times with the peers taking turns.
+
+    Inductor's on-disk caches are off (a peer must not reuse another's graph), and a
+    small model is compiled first with every peer so that no peer pays the imports.
+    """
+    torch._inductor.config.fx_graph_cache = False
+    torch._inductor.config.autotune_local_cache = False
+    torch._functorch.config.enable_autograd_cache = False
+    _compile_all(chain(4), backend)  # warm-up: lazy imports, first-use initialisation
     results = {}
     for leaves in sizes:
-        model = chain(leaves)
+        compiled, params, first = _compile_all(chain(leaves), backend)
         x = torch.randn(8, 4)
-        td = fcall.from_module(model).detach().clone()
-        flat = {".".join(key): value for key, value in td.items(True, True)}
-
-        def with_functional_call(x, p):
-            return torch.func.functional_call(model, p, (x,))
-
-        def with_fcall_swap(x, p):
-            with fcall.swap(p, model):
-                return model(x)
-
-        def with_tensordict(x, p):
-            with p.to_module(model):
-                return model(x)
-
-        peers = {
-            "torch.func (flat dict)": (with_functional_call, flat),
-            "fcall.swap (nested TD)": (with_fcall_swap, td),
-            "tensordict (nested TD)": (with_tensordict, td),
+        times: dict[str, list[float]] = {peer: [] for peer in compiled}
+        with torch.no_grad():
+            for _ in range(rounds):
+                for peer, fn in compiled.items():
+                    times[peer].append(median_seconds(lambda: fn(x, params[peer]), 10, repeat=3))
+        results[leaves] = {
+            peer: {"call_us": statistics.median(times[peer]) * 1e6, "first_compile_s": first[peer]}
+            for peer in compiled
         }
-        results[leaves] = {}
-        for peer, (fn, params) in peers.items():
-            torch._dynamo.reset()
-            compiled = torch.compile(fn, backend=backend, fullgraph=peer.startswith("fcall"))
-            start = time.perf_counter()
-            with torch.no_grad():
-                compiled(x, params)
-            first = time.perf_counter() - start
-            with torch.no_grad():
-                per_call = median_seconds(lambda: compiled(x, params), number=20, repeat=7)
-            results[leaves][peer] = {"call_us": per_call * 1e6, "first_compile_s": first}
         print_compiled_rows(leaves, results[leaves])
     torch._dynamo.reset()
     return results
+
+
+def _compile_all(model: nn.Module, backend: str) -> tuple[dict, dict, dict]:
+    td = fcall.from_module(model).detach().clone()
+    flat = {".".join(key): value for key, value in td.items(True, True)}
+    x = torch.randn(8, 4)
+    torch._dynamo.reset()
+    compiled, params, first = {}, {}, {}
+    for peer, fn in _swap_and_call_peers(model).items():
+        params[peer] = flat if peer.startswith("torch.func") else td
+        compiled[peer] = torch.compile(fn, backend=backend, fullgraph=peer.startswith("fcall"))
+        start = time.perf_counter()
+        with torch.no_grad():
+            compiled[peer](x, params[peer])
+        first[peer] = time.perf_counter() - start
+    return compiled, params, first
 
 
 def print_compiled_rows(leaves: int, rows: dict[str, dict[str, float]]) -> None:

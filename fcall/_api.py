@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
@@ -13,6 +14,7 @@ from . import _distributed, _errors, _flatten
 from ._context import attach, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._plan import Plan, plan_for
+from ._traced import plan_while_tracing
 
 Params = TensorDictBase | Mapping[str, Any]
 
@@ -101,8 +103,7 @@ def to_module(
         if inplace is not None:
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
-    leaves = _flatten.flatten(params, api)
-    plan = plan_for(module, leaves, api, tie_weights=True, strict=False)
+    plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
     if mode != INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, leaves)
@@ -245,13 +246,24 @@ def _swap_in(
     params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
-    leaves = _flatten.flatten(params, api)
-    plan = plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict)
+    plan, leaves = _resolve(params, module, api, tie_weights=tie_weights, strict=strict)
     _check_tied_values(plan, leaves, api)
     swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)
     swapped = swapped or prepare(plan, leaves, AS_IS, api, False)
     commit(swapped)
     return swapped, leaves
+
+
+def _resolve(
+    params: Params, module: nn.Module, api: str, *, tie_weights: bool, strict: bool
+) -> tuple[Plan, _flatten.Leaves]:
+    """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``."""
+    if torch.compiler.is_compiling():
+        traced = plan_while_tracing(params, module, api, tie_weights=tie_weights, strict=strict)
+        if traced is not None:
+            return traced
+    leaves = _flatten.flatten(params, api)
+    return plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict), leaves
 
 
 def _exact_inverse(params: Params, module: nn.Module, leaves: _flatten.Leaves) -> Swap | None:
@@ -290,9 +302,11 @@ def _old_values(
 def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> TensorDict:
     # Lazy in eager and under Dynamo alike: tracing one TensorDict per submodule
     # that nobody reads would cost more compile time than the rest of the swap.
+    if plan.names_are_keys:  # built while tracing (fcall/_traced.py): no layout yet
+        return _flatten.old_values(None, plan.names[: plan.given], old)
     if plan.layout is None:
         plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
-    return _flatten.old_values(plan.layout, old)
+    return _flatten.old_values(plan.layout, None, old)
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:

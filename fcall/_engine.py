@@ -70,6 +70,9 @@ def prepare(plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool)
         swap.old = _check_inplace(plan, values, api)
         swap.new = [values[entry[2]] for entry in plan.entries[: plan.given]]
         return swap
+    if mode == AS_IS and not plan.has_attributes:
+        swap.new = values if plan.direct else [values[entry[2]] for entry in plan.entries]
+        return swap  # commit reads the old values in its write loop
     swap.old = [slot[name] for slot, name in plan.pairs]
     if mode == PRESERVE:
         swap.new = _registered_values(plan, values, swap.old)
@@ -90,6 +93,12 @@ def commit(swap: Swap) -> None:
     if swap.mode == INPLACE:
         _copy_into(swap.plan, swap.new, swap.non_blocking)
     elif swap.targets is None:
+        if swap.mode == AS_IS:  # prepare left the old values to this loop
+            old = swap.old
+            for (slot, name), value in zip(swap.plan.pairs, swap.new):
+                old.append(slot[name])
+                slot[name] = value
+            return None
         for (slot, name), value in zip(swap.plan.pairs, swap.new):
             slot[name] = value
     else:
@@ -117,10 +126,14 @@ def restore(swap: Swap) -> list[Any]:
     if swap.mode == INPLACE:
         _copy_into(plan, swap.old, swap.non_blocking)
         return []
+    changed = False  # some slot holds another value than the swap put there
     if swap.targets is None:
         current = []
-        for (slot, name), old in zip(plan.pairs, swap.old):
-            current.append(slot[name])
+        for (slot, name), old, new in zip(plan.pairs, swap.old, swap.new):
+            now = slot[name]
+            if now is not new:
+                changed = True
+            current.append(now)
             slot[name] = old
     else:
         current = [target[name] for target, (_, name) in zip(swap.targets, plan.pairs)]
@@ -131,9 +144,11 @@ def restore(swap: Swap) -> list[Any]:
         for slot, order in swap.orders:  # a value that left a dict comes back in its place
             for key in order:
                 slot[key] = slot.pop(key)
+        changed = True
     for rnn in plan.rnns:
         _reset_rnn_flat_weights(rnn())
-    _write_back(swap, current)
+    if changed:
+        _write_back(swap, current)
     return current
 
 

@@ -98,7 +98,7 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
 def _walk(params: Any, leaves: Leaves, holders: list[Holder] | None) -> Leaves:
     leaves._keys = []
     if isinstance(params, TensorDictBase):
-        _walk_tensordict(_wrapped(params), (), leaves, holders)
+        _walk_tensordict(wrapped(params), (), leaves, holders)
     elif isinstance(params, dict):
         _walk_dict(params, (), leaves, holders)
     else:
@@ -106,7 +106,7 @@ def _walk(params: Any, leaves: Leaves, holders: list[Holder] | None) -> Leaves:
     return leaves
 
 
-def _wrapped(params: TensorDictBase) -> TensorDictBase:
+def wrapped(params: TensorDictBase) -> TensorDictBase:
     # A TensorDictParams wraps a TensorDict; swapping reads the registered
     # leaves themselves, not through get-post-hooks.
     inner = getattr(params, "_param_td", None)
@@ -127,7 +127,7 @@ def _walk_tensordict(
             if holders is not None:
                 holders.append((td, name))
         elif isinstance(value, TensorDictBase):
-            inner = value if isinstance(value, TensorDict) else _wrapped(value)
+            inner = value if isinstance(value, TensorDict) else wrapped(value)
             _walk_tensordict(inner, key, leaves, holders)
         else:
             raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
@@ -144,7 +144,7 @@ def _walk_dict(tree: dict, prefix: Key, leaves: Leaves, holders: list[Holder] | 
         elif isinstance(value, dict):
             _walk_dict(value, key, leaves, holders)
         elif isinstance(value, TensorDictBase):
-            _walk_tensordict(_wrapped(value), key, leaves, holders)
+            _walk_tensordict(wrapped(value), key, leaves, holders)
         else:
             raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
 
@@ -245,7 +245,9 @@ class OldValues(TensorDict):
         attributes = self.__dict__
         entries = attributes.get("_entries")
         if entries is None:
-            layout, values = attributes.pop("_layout_and_values")
+            layout, names, values = attributes.pop("_layout_and_values")
+            if layout is None:
+                layout = layout_of([tuple(name.split(".")) for name in names])
             entries = attributes["_entries"] = _from_layout(layout, values)._tensordict
         return entries
 
@@ -258,11 +260,13 @@ class OldValues(TensorDict):
 _EXACT = (TensorDict, OldValues)
 
 
-def old_values(layout: Layout, values: list[Any]) -> OldValues:
+def old_values(layout: Layout | None, names: list[str] | None, values: list[Any]) -> OldValues:
+    """Old ``values`` laid out by ``layout``, or, if it is ``None``, by the dotted ``names``
+    (which the first read splits: a plan built while tracing has no layout yet)."""
     root = _new_object(OldValues)
     attributes = root.__dict__
     attributes["_device"] = None
     attributes["_batch_size"] = _SCALAR
     attributes["_td_dim_names"] = None
-    attributes["_layout_and_values"] = (layout, values)
+    attributes["_layout_and_values"] = (layout, names, values)
     return root

@@ -49,6 +49,7 @@ class Plan:
         "has_attributes",
         "layout",
         "names",
+        "names_are_keys",
         "pairs",
         "registries",
         "rnns",
@@ -72,9 +73,15 @@ class Plan:
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
         self.distributed: Any = None  # set by _distributed on first use
         self.checks: tuple[list, ...] = ()  # what is_current compares, as parallel lists
+        self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
 
-    def finish(self) -> Plan:
+    def finish(self, cached: bool = True) -> Plan:
+        """Derive what the hot loops read, and, if the plan is ``cached``, what
+        ``is_current`` compares (a plan built under Dynamo is never reused)."""
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
+        self.direct = len(self.entries) == self.given
+        if not cached:
+            return self
         self.checks = (
             [modules for modules, _, _ in self.chain],
             [name for _, name, _ in self.chain],
@@ -82,8 +89,6 @@ class Plan:
             self.registries,
             [len(registry) for registry in self.registries],
         )
-        self.direct = len(self.entries) == self.given
-        self.has_attributes = any(kind == "a" for *_, kind in self.entries)
         return self
 
     def is_current(self) -> bool:
@@ -123,7 +128,7 @@ def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
 def plan_for(
     module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
 ) -> Plan:
-    if torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():  # traced, never cached: see fcall/_traced.py
         return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
     signature = (leaves.signature, tie_weights, strict)
     per_module = _CACHE.get(module)
@@ -148,22 +153,39 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
     plan = Plan()
     seen_chain: set[tuple[int, str]] = set()
     seen_owner: set[int] = set()
-    for index, key in enumerate(keys):
-        stripped = _strip(root, key, prefixes)
+    for index in range(len(keys)):
+        stripped = _strip(root, keys[index], prefixes)
         _add_entry(plan, root, module, stripped, index, api, seen_chain, seen_owner)
     plan.given = len(plan.entries)
     if len(set(plan.names)) != plan.given:
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
-    if tie_weights or strict:
-        named = _all_named_tensors(root)
-        if tie_weights:
-            _add_tied_aliases(plan, root, module, named, api, seen_chain, seen_owner)
-        if strict:
-            missing = sorted(set(named) - set(plan.names))
-            if missing:
-                raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
-    return plan.finish()
+    complete(plan, root, module, api, tie_weights, strict, seen_chain, seen_owner)
+    return plan.finish(cached=not torch.compiler.is_compiling())
+
+
+def complete(
+    plan: Plan,
+    root: nn.Module,
+    module: nn.Module,
+    api: str,
+    tie_weights: bool,
+    strict: bool,
+    seen_chain: set | None = None,
+    seen_owner: set | None = None,
+) -> None:
+    """Add the tied aliases of the given entries, and check ``strict``."""
+    if not (tie_weights or strict):
+        return
+    named = _all_named_tensors(root)
+    if tie_weights:
+        seen_chain = set() if seen_chain is None else seen_chain
+        seen_owner = set() if seen_owner is None else seen_owner
+        _add_tied_aliases(plan, root, module, named, api, seen_chain, seen_owner)
+    if strict:
+        missing = sorted(set(named) - set(plan.names))
+        if missing:
+            raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
 
 
 def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
@@ -203,6 +225,8 @@ def _add_entry(
             plan.rnns.append(weakref.ref(owner))
     plan.entries.append((slot, name, index, owner.__dict__, kind))
     plan.names.append(".".join(key))
+    if kind == "a":
+        plan.has_attributes = True
 
 
 def _slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
@@ -219,11 +243,26 @@ def _unknown(api: str, key: Key, root: nn.Module, module: nn.Module) -> str:
     return _errors.unknown_key(api, key, type(root).__name__, list(_all_named_tensors(root)))
 
 
-def _all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor | None]:
-    named: dict[str, torch.Tensor | None] = {}
-    named.update(root.named_parameters(remove_duplicate=False))
-    named.update(root.named_buffers(remove_duplicate=False))
-    return named
+def _all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor]:
+    """``named_parameters(remove_duplicate=False)`` then ``named_buffers(...)``, in one
+    walk without generators: Dynamo traces this on every compile."""
+    parameters: dict[str, torch.Tensor] = {}
+    buffers: dict[str, torch.Tensor] = {}
+    _collect(root, "", parameters, buffers)
+    parameters.update(buffers)
+    return parameters
+
+
+def _collect(module: nn.Module, prefix: str, parameters: dict, buffers: dict) -> None:
+    for name, value in module._parameters.items():
+        if value is not None:
+            parameters[prefix + name] = value
+    for name, value in module._buffers.items():
+        if value is not None:
+            buffers[prefix + name] = value
+    for name, child in module._modules.items():
+        if child is not None:
+            _collect(child, prefix + name + ".", parameters, buffers)
 
 
 def _add_tied_aliases(
@@ -237,12 +276,12 @@ def _add_tied_aliases(
 ) -> None:
     names_of: dict[torch.Tensor, list[str]] = {}
     for name, tensor in named.items():
-        if tensor is not None:
-            names_of.setdefault(tensor, []).append(name)
+        names_of.setdefault(tensor, []).append(name)
+    tied = [group for group in names_of.values() if len(group) > 1]
+    if not tied:
+        return
     index_of_name = {name: i for i, name in enumerate(plan.names)}
-    for group in names_of.values():
-        if len(group) < 2:
-            continue
+    for group in tied:
         given = [index_of_name[name] for name in group if name in index_of_name]
         if not given:
             continue

@@ -1,0 +1,87 @@
+"""The plan while Dynamo traces: one walk over params and the module tree together.
+
+In eager a plan is built once per key structure and cached (``_plan.py``). Under
+``torch.compile`` nothing is cached: Dynamo traces the build on every compile, so
+each Python step of it is compile time, per leaf. The generic path makes a key
+tuple per leaf, then walks the module tree from the root once per key. This walk
+visits each params node once, together with the module it names, and makes per
+leaf only the plan entry and its dotted name.
+
+Anything unusual (a dotted or non-string key, a ``_orig_mod.``/``module.``
+prefix, a key the module does not have, a value that is neither a tensor nor a
+container) returns ``None``, and the generic path runs, raising the same errors
+as in eager.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import nn
+
+from ._flatten import Leaves, wrapped
+from ._plan import Plan, complete, unwrap
+
+
+def plan_while_tracing(
+    params: Any, module: nn.Module, api: str, *, tie_weights: bool, strict: bool
+) -> tuple[Plan, Leaves] | None:
+    """The plan and leaves of ``params`` for ``module``, or ``None`` to take the generic path."""
+    root, _ = unwrap(module)
+    items = _items(params, in_tensordict=False)
+    if items is None:
+        return None
+    plan, leaves = Plan(), Leaves(params, api)
+    if not _visit(items, isinstance(params, TensorDictBase), root, "", plan, leaves.values):
+        return None
+    plan.given = len(plan.entries)  # keys of one node are unique, and no key had a dot
+    complete(plan, root, module, api, tie_weights=tie_weights, strict=strict)
+    plan.names_are_keys = True
+    return plan.finish(cached=False), leaves
+
+
+def _items(node: Any, in_tensordict: bool) -> Any:
+    if isinstance(node, TensorDictBase):
+        node = wrapped(node)
+        return node._tensordict.items() if isinstance(node, TensorDict) else node.items()
+    if isinstance(node, dict) and not in_tensordict:
+        return node.items()
+    return None
+
+
+def _visit(
+    items: Any, in_tensordict: bool, owner: nn.Module, prefix: str, plan: Plan, values: list
+) -> bool:
+    """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
+    if isinstance(owner, nn.RNNBase):
+        plan.rnns.append(weakref.ref(owner))
+    parameters, buffers, attributes = owner._parameters, owner._buffers, owner.__dict__
+    for name, value in items:
+        # A dotted or non-string name is in no module dict: it falls through to the
+        # generic path, which splits or refuses it.
+        if value is None or isinstance(value, torch.Tensor):
+            if name in parameters:
+                slot, kind = parameters, "p"
+            elif name in buffers:
+                slot, kind = buffers, "b"
+            elif isinstance(attributes.get(name), torch.Tensor):
+                slot, kind = attributes, "a"
+                plan.has_attributes = True
+            else:
+                return False
+            plan.entries.append((slot, name, len(values), attributes, kind))
+            plan.names.append(prefix + name)
+            values.append(value)
+            continue
+        child = owner._modules.get(name)
+        inner = _items(value, in_tensordict)
+        if child is None or inner is None:
+            return False
+        plan.chain.append((owner._modules, name, child))
+        inner_in_tensordict = isinstance(value, TensorDictBase)
+        if not _visit(inner, inner_in_tensordict, child, prefix + name + ".", plan, values):
+            return False
+    return True

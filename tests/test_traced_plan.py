@@ -1,0 +1,104 @@
+"""The plan built while Dynamo traces (one walk over params and module together,
+``fcall/_traced.py``) equals the generic plan, or defers to it.
+
+The walk does not depend on Dynamo, so it is compared with the generic build in
+eager; compile_tests/ check what it does under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support import Net, Tied, flat
+from tensordict import TensorDict
+from torch import nn
+
+import fcall
+from fcall import _flatten, _plan
+from fcall._traced import plan_while_tracing
+
+
+def _summary(plan: _plan.Plan) -> tuple:
+    entries = [(id(slot), name, index, kind) for slot, name, index, _, kind in plan.entries]
+    return entries, plan.names, plan.given, plan.tie_sources, plan.has_attributes
+
+
+def _generic(params, module, tie_weights=True, strict=False):
+    leaves = _flatten.flatten(params, "t")
+    plan = _plan.build(module, leaves.keys, "t", tie_weights=tie_weights, strict=strict)
+    return plan, leaves
+
+
+class WithAttribute(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.scale = torch.ones(2)  # a plain tensor attribute
+
+
+def _cases():
+    net = Net()
+    tied = Tied()
+    rnn = nn.Sequential(nn.GRU(2, 3), nn.Linear(3, 1))
+    attr = WithAttribute()
+    td = fcall.from_module(net)
+    return [
+        ("TensorDict", td, net),
+        ("nested dict", td.to_dict(), net),
+        ("partial", TensorDict({"lin": {"weight": torch.ones(4, 3)}}), net),
+        ("dict holding a TensorDict", {"lin": td["lin"], "bn": td["bn"].to_dict()}, net),
+        ("TensorDictParams", fcall.TensorDictParams(td.detach().clone()), net),
+        ("tied, one name given", TensorDict({"emb": {"weight": torch.ones(5, 3)}}), tied),
+        ("tied, both given", fcall.from_module(tied), tied),
+        ("RNN", fcall.from_module(rnn), rnn),
+        ("plain attribute", {"lin": {"weight": torch.ones(2, 2)}, "scale": torch.ones(2)}, attr),
+    ]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda case: case[0])
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_the_traced_walk_builds_the_generic_plan(case, tie_weights):
+    _, params, module = case
+    traced = plan_while_tracing(params, module, "t", tie_weights=tie_weights, strict=False)
+    assert traced is not None, "the walk deferred to the generic path"
+    plan, leaves = traced
+    generic, generic_leaves = _generic(params, module, tie_weights=tie_weights)
+    assert _summary(plan) == _summary(generic)
+    assert [id(v) for v in leaves.values] == [id(v) for v in generic_leaves.values]
+    assert [r() for r in plan.rnns] == [r() for r in generic.rnns]
+    assert plan.names_are_keys and not generic.names_are_keys
+    assert plan.names[: plan.given] == [".".join(key) for key in generic_leaves.keys]
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"lin.weight": torch.ones(4, 3)},  # dotted key: the generic path splits it
+        {"_orig_mod": {"lin": {"weight": torch.ones(4, 3)}}},  # a torch.compile prefix
+        {"lin": {"wieght": torch.ones(4, 3)}},  # unknown: the generic path raises
+        {"lin": {"weight": "not a tensor"}},
+        TensorDict({"nope": {"weight": torch.ones(4, 3)}}),
+    ],
+    ids=["dotted", "prefix", "unknown", "not-a-tensor", "unknown-submodule"],
+)
+def test_the_traced_walk_defers_what_it_does_not_handle(params):
+    assert plan_while_tracing(params, Net(), "t", tie_weights=True, strict=False) is None
+
+
+def test_strict_misses_raise_the_generic_message_from_the_walk():
+    net = Net()
+    partial = TensorDict({"lin": {"weight": torch.ones(4, 3)}})
+    with pytest.raises(RuntimeError) as walked:
+        plan_while_tracing(partial, net, "t", tie_weights=True, strict=True)
+    with pytest.raises(RuntimeError) as generic:
+        _generic(partial, net, strict=True)
+    assert str(walked.value) == str(generic.value)
+
+
+def test_old_values_of_a_walked_plan_have_the_params_keys():
+    net = Net()
+    params = fcall.from_module(net).detach().clone()
+    plan, leaves = plan_while_tracing(params, net, "t", tie_weights=True, strict=False)
+    old = _flatten.old_values(None, plan.names[: plan.given], leaves.values)
+    assert flat(old).keys() == flat(params).keys()
+    assert all(old[k] is params[k] for k in params.keys(True, True))
