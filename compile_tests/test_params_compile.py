@@ -134,14 +134,7 @@ def test_construction_breaks_once_and_does_not_recompile():
     [
         lambda x: TensorDictParams(a=x, b=x + 1, lock=True),
         lambda x: TensorDictParams(TensorDict(a=x, b=(x * 3).long())),
-        pytest.param(
-            lambda x: TensorDictParams(TensorDict(a=x, b=x.long()), no_convert=True),
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="known gap: with no_convert=True Dynamo resumes __init__ on an "
-                "'Uninitialized nn.Module' and compiles 4 frames instead of 2",
-            ),
-        ),
+        lambda x: TensorDictParams(TensorDict(a=x, b=x.long()), no_convert=True),
     ],
     ids=["kwargs-lock", "mixed-dtypes", "no-convert"],
 )
@@ -159,6 +152,23 @@ def test_construction_forms_break_once_and_do_not_recompile(build):
     with torch.compiler.set_stance("fail_on_recompile"):
         cfn(torch.randn(3))
     assert cnt.frame_count == frames
+
+
+def test_construction_in_compiled_code_builds_the_object_once(monkeypatch):
+    # Dynamo runs the __init__ call on what __new__ returned eagerly: it must not build again.
+    builds = []
+    build = TensorDictParams._build
+    monkeypatch.setattr(
+        TensorDictParams, "_build", lambda self, *args: builds.append(1) or build(self, *args)
+    )
+
+    def fn(x):
+        p = TensorDictParams(TensorDict(a=x, b=x.long()), no_convert=True)
+        return p["a"] * 2
+
+    cfn, _ = _compiled(fn, fullgraph=False)
+    torch.testing.assert_close(cfn(torch.ones(3)), torch.full((3,), 2.0))
+    assert len(builds) == 1
 
 
 def test_swap_from_it_with_fcall_and_a_target_network_module():

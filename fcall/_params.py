@@ -71,6 +71,15 @@ def _convert_tree(td: TensorDictBase, no_convert: bool) -> None:
 
 
 @torch._dynamo.disable
+def _build(obj: Any, parameters: Any, no_convert: bool, lock: bool, kwargs: dict) -> None:
+    # Dynamo graph-breaks at _construct_eagerly and, unable to resume inside a constructor,
+    # runs the whole `TensorDictParams(...)` call eagerly, with its frame hook still on: every
+    # helper called from here would be compiled as a frame of its own (with no_convert=True
+    # Buffer(value) is a graph, and the next dtype a recompile). Disabled: nothing inside is.
+    obj._build(parameters, no_convert, lock, kwargs)
+
+
+@torch._dynamo.disable
 def _construct_eagerly(cls: type, args: tuple, kwargs: dict) -> Any:
     # Dynamo cannot build this nn.Module in the graph: `nn.Parameter(t)` on a tensor made in the
     # graph breaks once per leaf, and a break inside __init__ leaves an "Uninitialized nn.Module"
@@ -150,6 +159,11 @@ class TensorDictParams(_TDParamsBase):
     ) -> None:
         if is_compiling() and self._built_outside_graph:
             return  # __new__ built it (Dynamo still calls __init__ on what __new__ returns)
+        _build(self, parameters, bool(no_convert), lock, kwargs)
+
+    def _build(
+        self, parameters: TensorDictBase | dict | None, no_convert: bool, lock: bool, kwargs: dict
+    ) -> None:
         nn.Module.__init__(self)
         if parameters is None:
             parameters = TensorDict(kwargs) if kwargs else TensorDict()
@@ -169,8 +183,8 @@ class TensorDictParams(_TDParamsBase):
                 "fcall.TensorDictParams: `parameters` must be a TensorDict, a dict or None, "
                 f"got {type(parameters).__name__}."
             )
-        _convert_tree(parameters, bool(no_convert))
-        self._init_state(parameters, bool(no_convert), None, ())
+        _convert_tree(parameters, no_convert)
+        self._init_state(parameters, no_convert, None, ())
         self._register_tree((), parameters)
         if lock:
             self._lock_content_td()
