@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from . import _errors
 
@@ -108,9 +109,13 @@ def _walk(params: Any, leaves: Leaves, holders: list[Holder] | None) -> Leaves:
 
 def wrapped(params: TensorDictBase) -> TensorDictBase:
     # A TensorDictParams wraps a TensorDict; swapping reads the registered
-    # leaves themselves, not through get-post-hooks.
-    inner = getattr(params, "_param_td", None)
-    return inner if isinstance(inner, TensorDictBase) else params
+    # leaves themselves, not through get-post-hooks. isinstance, not
+    # getattr(params, "_param_td", None): on any other TensorDict that getattr
+    # becomes a NO_HASATTR guard, which runs TensorDict.__getattr__ in Python on
+    # every call of the compiled function, per node.
+    if isinstance(params, _TensorDictParamsBase):
+        return params._param_td
+    return params
 
 
 def _walk_tensordict(

@@ -44,6 +44,8 @@ def plan_while_tracing(
 
 
 def _items(node: Any, in_tensordict: bool) -> Any:
+    if isinstance(node, TensorDict):
+        return node._tensordict.items()
     if isinstance(node, TensorDictBase):
         node = wrapped(node)
         return node._tensordict.items() if isinstance(node, TensorDict) else node.items()
