@@ -111,9 +111,13 @@ def to_module(
             current = restore(undone)[: undone.plan.given]
             return _old_tensordict(plan, leaves, current) if return_swap else None
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
-    swap = swap or prepare(plan, leaves, mode, api, non_blocking)
-    out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
-    commit(swap)
+    swap = swap or prepare(plan, leaves, mode, api, non_blocking, defer=swap_dest is None)
+    if swap.deferred:  # the old values are read while writing: the OldValues come after
+        commit(swap)
+        out = _old_tensordict(plan, leaves, swap.old_given()) if return_swap else None
+    else:  # swap_dest is written first: a failure there leaves the module untouched
+        out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
+        commit(swap)
     if isinstance(out, TensorDictBase):
         attach(out, swap, module)
     return out

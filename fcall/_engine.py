@@ -38,6 +38,7 @@ class Swap:
     """One applied swap, with what it takes to undo it."""
 
     __slots__ = (
+        "deferred",
         "done",
         "leaves",
         "mode",
@@ -59,21 +60,37 @@ class Swap:
         self.targets: list[dict] | None = None  # per entry, only when a value changes dict
         self.orders: list[tuple[dict, list[str]]] = []  # key order of each dict a value left
         self.done = False  # restored already: a second restore must not undo later swaps
+        self.deferred = False  # commit reads the old values (and converts) in its write loop
 
     def old_given(self) -> list[Any]:
         return self.old[: self.plan.given]
 
 
-def prepare(plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool) -> Swap:
+def prepare(
+    plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool, defer: bool = True
+) -> Swap:
+    """Decide what each slot receives; nothing is written.
+
+    With ``defer``, the common cases leave reading the old values (and, for
+    ``PRESERVE``, the Parameter conversion) to commit's write loop: one pass
+    instead of three. Commit then undoes its own writes if a conversion fails.
+    The caller must not need the old values before commit.
+    """
     swap = Swap(plan, mode, leaves, non_blocking)
     values = leaves.values
     if mode == INPLACE:
         swap.old = _check_inplace(plan, values, api)
         swap.new = [values[entry[2]] for entry in plan.entries[: plan.given]]
         return swap
-    if mode == AS_IS and not plan.has_attributes:
-        swap.new = values if plan.direct else [values[entry[2]] for entry in plan.entries]
-        return swap  # commit reads the old values in its write loop
+    if defer and not plan.has_attributes:
+        if mode == AS_IS:
+            swap.new = values if plan.direct else [values[entry[2]] for entry in plan.entries]
+            swap.deferred = True
+            return swap
+        if mode == PRESERVE and plan.direct and not torch.compiler.is_compiling():
+            swap.new = values
+            swap.deferred = True
+            return swap
     swap.old = [slot[name] for slot, name in plan.pairs]
     if mode == PRESERVE:
         swap.new = _registered_values(plan, values, swap.old)
@@ -93,13 +110,9 @@ def commit(swap: Swap) -> None:
         return commit_sharded(swap)
     if swap.mode == INPLACE:
         _copy_into(swap.plan, swap.new, swap.non_blocking)
+    elif swap.deferred:
+        _write_reading_old(swap)
     elif swap.targets is None:
-        if swap.mode == AS_IS:  # prepare left the old values to this loop
-            old = swap.old
-            for (slot, name), value in zip(swap.plan.pairs, swap.new):
-                old.append(slot[name])
-                slot[name] = value
-            return None
         for (slot, name), value in zip(swap.plan.pairs, swap.new):
             slot[name] = value
     else:
@@ -111,6 +124,34 @@ def commit(swap: Swap) -> None:
         swap.orders = [(slot, list(slot)) for slot in left.values()]
         for entry, target, value in zip(swap.plan.entries, swap.targets, swap.new):
             _move(entry[0], target, entry[1], value)
+
+
+def _write_reading_old(swap: Swap) -> None:
+    old = swap.old
+    if swap.mode == AS_IS:  # nothing can fail here
+        for (slot, name), value in zip(swap.plan.pairs, swap.new):
+            old.append(slot[name])
+            slot[name] = value
+        return
+    new: list[Any] = []  # PRESERVE, direct, eager: see _registered_values
+    try:
+        for (slot, name, _, _, kind), value in zip(swap.plan.entries, swap.new):
+            old_value = slot[name]
+            if (
+                kind == "p"
+                and old_value is not None
+                and value is not None
+                and not (type(value) is _Parameter and value.requires_grad)
+            ):
+                value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
+            old.append(old_value)
+            new.append(value)
+            slot[name] = value
+    except BaseException:
+        for (slot, name), old_value in zip(swap.plan.pairs, old):
+            slot[name] = old_value  # leave the module exactly as it was
+        raise
+    swap.new = new
 
 
 def restore(swap: Swap) -> list[Any]:

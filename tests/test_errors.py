@@ -210,9 +210,10 @@ def test_swap_dest_of_the_wrong_type_is_a_type_error():
     raises_and_unchanged(m, TypeError, msg, fcall.to_module, params, m, swap_dest=[])
 
 
-def test_integer_value_for_a_trainable_parameter_fails_before_writing():
+def test_integer_value_for_a_trainable_parameter_fails_and_undoes_the_writes_made():
     # preserve_module_state=True wraps a plain value in a Parameter that requires
-    # grad: torch refuses integer dtypes, and nothing was written yet.
+    # grad: torch refuses integer dtypes. The conversion runs in the write loop, after
+    # bn.running_mean was written: that write is undone.
     m = Net()
     params = {"bn.running_mean": torch.ones(4), "lin.weight": torch.zeros(4, 3, dtype=torch.long)}
     msg = "Only Tensors of floating point and complex dtype can require gradients"
