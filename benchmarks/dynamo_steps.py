@@ -68,7 +68,7 @@ def main() -> None:
         print(f"{peer}: {totals[peer]} steps ({seconds:.1f} s to compile here)")
         for where, steps in STEPS.most_common(args.top):
             print(f"  {steps:>8}  {where}")
-    fcall_steps, func_steps = totals.values()
+    func_steps, fcall_steps = totals.values()
     ratio = fcall_steps / func_steps
     print(f"\nfcall / functional_call steps at {args.leaves} leaves: {ratio:.2f}x")
 

@@ -1,8 +1,10 @@
 """Apply a plan: write the new values into the module's slots, and undo it exactly.
 
-A swap runs in two steps so that nothing is written before everything is known
-to succeed: ``prepare`` reads the old values, decides what each slot receives
-(and checks in-place copies), and ``commit`` writes. ``restore`` puts back the
+A swap runs in two steps so that the module is never left half-swapped:
+``prepare`` reads the old values, decides what each slot receives (and checks
+in-place copies), and ``commit`` writes. In the common cases prepare defers the
+reading and the Parameter conversion to commit's write loop (one pass instead of
+three), and commit undoes its own writes if a conversion fails. ``restore`` puts back the
 very objects that were there, in their slots and in their order, and writes a
 buffer that ``forward`` reassigned back into the params container.
 
