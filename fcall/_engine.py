@@ -135,10 +135,13 @@ def _write_reading_old(swap: Swap) -> None:
             old.append(slot[name])
             slot[name] = value
         return
-    new: list[Any] = []  # PRESERVE, direct, eager: see _registered_values
+    new: list[Any] = []  # PRESERVE, direct, eager: _registered_values in one loop with the writes
     try:
         for (slot, name, _, _, kind), value in zip(swap.plan.entries, swap.new):
             old_value = slot[name]
+            # A Parameter that requires grad stays as it is whatever the old
+            # requires_grad (it tracks gradients); reading requires_grad costs
+            # ~0.1 us, so the old value's is read only when it decides.
             if (
                 kind == "p"
                 and old_value is not None
@@ -225,21 +228,8 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 def _registered_values(plan: Plan, values: list, old: list) -> list:
     compiling = torch.compiler.is_compiling()
     is_parameter = _isinstance_parameter if compiling else _is_parameter
-    if plan.direct and not compiling:  # entry i takes leaf i; the common case inlined
-        new = []
-        for (_, _, _, _, kind), value, old_value in zip(plan.entries, values, old):
-            # A Parameter that requires grad stays as it is whatever the old
-            # requires_grad (it tracks gradients); reading requires_grad costs
-            # ~0.1 us, so the old value's is read only when it decides.
-            if (
-                kind == "p"
-                and old_value is not None
-                and value is not None
-                and not (type(value) is _Parameter and value.requires_grad)
-            ):
-                value = _as_parameter_slot(value, old_value, is_parameter)
-            new.append(value)
-        return new
+    # The common eager case (no tied aliases) is done in commit's loop instead:
+    # see _write_reading_old.
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
     for (_, _, index, _, kind), old_value in zip(plan.entries, old):
