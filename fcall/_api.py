@@ -310,7 +310,7 @@ def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> Tens
         return _flatten.old_values(None, plan.names[: plan.given], old)
     if plan.layout is None:
         plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
-    return _flatten.old_values(plan.layout, None, old)
+    return _flatten.old_values(plan.layout, None, old, leaves.signature)
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:

@@ -62,6 +62,15 @@ class Leaves:
 def flatten(params: Any, api: str) -> Leaves:
     if type(params) in _EXACT and not torch.compiler.is_compiling():
         leaves = Leaves(params, api)
+        pending = params.__dict__.get("_layout_and_values")
+        if pending is not None and pending[3] is not None:
+            # Old values nobody has read yet (`old = to_module(p, m); ...;
+            # to_module(old, m)`): their values and key structure are those of the
+            # swap that returned them; building their nodes to walk them would
+            # cost more than the swap.
+            leaves.values = list(pending[2])
+            leaves.signature = pending[3]
+            return leaves
         shape: list[Any] = []
         if _walk_exact(params._tensordict, leaves.values, shape):
             leaves.signature = tuple(shape)
@@ -250,7 +259,7 @@ class OldValues(TensorDict):
         attributes = self.__dict__
         entries = attributes.get("_entries")
         if entries is None:
-            layout, names, values = attributes.pop("_layout_and_values")
+            layout, names, values, _ = attributes.pop("_layout_and_values")
             if layout is None:
                 layout = layout_of([tuple(name.split(".")) for name in names])
             entries = attributes["_entries"] = _from_layout(layout, values)._tensordict
@@ -265,13 +274,17 @@ class OldValues(TensorDict):
 _EXACT = (TensorDict, OldValues)
 
 
-def old_values(layout: Layout | None, names: list[str] | None, values: list[Any]) -> OldValues:
+def old_values(
+    layout: Layout | None, names: list[str] | None, values: list[Any], signature: Any = None
+) -> OldValues:
     """Old ``values`` laid out by ``layout``, or, if it is ``None``, by the dotted ``names``
-    (which the first read splits: a plan built while tracing has no layout yet)."""
+    (which the first read splits: a plan built while tracing has no layout yet).
+    ``signature``: that of the params whose keys they have, so that swapping them
+    back in finds the cached plan without building the nodes (see ``flatten``)."""
     root = _new_object(OldValues)
     attributes = root.__dict__
     attributes["_device"] = None
     attributes["_batch_size"] = _SCALAR
     attributes["_td_dim_names"] = None
-    attributes["_layout_and_values"] = (layout, names, values)
+    attributes["_layout_and_values"] = (layout, names, values, signature)
     return root

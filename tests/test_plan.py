@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from support import flat
 from tensordict import TensorDict
 from torch import nn
 
@@ -114,6 +115,24 @@ def test_old_values_build_their_nodes_on_first_read():
     with old:  # restores the module
         pass
     assert model[0].weight is before["0", "weight"]
+
+
+@pytest.mark.parametrize("params", ["TensorDict", "flat dict"])
+def test_unread_old_values_swap_back_without_building_their_nodes(params):
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    before = fcall.from_module(model)
+    new = _params(model, 0.0)
+    new = new if params == "TensorDict" else flat(new)
+    old = fcall.to_module(new, model)
+    again = fcall.to_module(old, model)  # the spec's pattern: puts everything back
+    assert "_entries" not in old.__dict__  # swapped back from the pending values
+    assert model[0].weight is before["0", "weight"] and model[1].bias is before["1", "bias"]
+    assert again["0", "weight"].eq(0).all()  # what the module held: the swapped-in zeros
+    # Unread old values into another module of the same structure: no cached plan there.
+    other = fcall.to_module(new, model)
+    twin = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    fcall.to_module(other, twin)
+    assert twin[0].weight is before["0", "weight"] and twin[1].bias is before["1", "bias"]
 
 
 @pytest.mark.parametrize("make", [lambda: nn.Sequential(nn.Linear(2, 2)), lambda: nn.GRU(2, 2)])
