@@ -71,7 +71,7 @@ def _convert_tree(td: TensorDictBase, no_convert: bool) -> None:
 
 
 @torch._dynamo.disable
-def _build(obj: Any, parameters: Any, no_convert: bool, lock: bool, kwargs: dict) -> None:
+def _build_untraced(obj: Any, parameters: Any, no_convert: bool, lock: bool, kwargs: dict) -> None:
     # Dynamo graph-breaks at _construct_eagerly and, unable to resume inside a constructor,
     # runs the whole `TensorDictParams(...)` call eagerly, with its frame hook still on: every
     # helper called from here would be compiled as a frame of its own (with no_convert=True
@@ -159,7 +159,7 @@ class TensorDictParams(_TDParamsBase):
     ) -> None:
         if is_compiling() and self._built_outside_graph:
             return  # __new__ built it (Dynamo still calls __init__ on what __new__ returns)
-        _build(self, parameters, bool(no_convert), lock, kwargs)
+        _build_untraced(self, parameters, bool(no_convert), lock, kwargs)
 
     def _build(
         self, parameters: TensorDictBase | dict | None, no_convert: bool, lock: bool, kwargs: dict
