@@ -12,8 +12,10 @@ compiled with ``fullgraph=True`` on the ``eager`` backend and timed in turns
 
 - nothing: ``x * 2`` alone;
 - walking a flat dict / a nested TensorDict of the same leaves (their guards);
-- ``torch.nn.utils.stateless._reparametrize_module`` (torch.func's machinery) with a flat dict;
-- ``fcall.swap`` with a flat dict and with a nested TensorDict.
+- ``torch.nn.utils.stateless._reparametrize_module`` (torch.func's machinery) with a flat dict
+  and ``tie_weights=True``, as ``torch.func.functional_call`` calls it;
+- ``fcall.swap`` with a flat dict and with a nested TensorDict;
+- both with ``tie_weights=False`` (no scan of the module for tied names).
 """
 
 from __future__ import annotations
@@ -56,12 +58,24 @@ def peers(model: nn.Module) -> dict[str, tuple[Callable, str]]:
     def walk_nested(x, p):
         return x * _count_nested(p._tensordict)
 
-    def reparametrize(x, p):
+    def reparametrize(x, p):  # tie_weights=True, as torch.func.functional_call passes it
+        with _reparametrize_module(model, p, tie_weights=True):
+            return model(x)
+
+    def reparametrize_untied(x, p):
         with _reparametrize_module(model, p):
+            return model(x)
+
+    def fcall_swap_flat(x, p):  # one def per peer: Dynamo caches per code object
+        with fcall.swap(p, model):
             return model(x)
 
     def fcall_swap(x, p):
         with fcall.swap(p, model):
+            return model(x)
+
+    def fcall_swap_untied(x, p):
+        with fcall.swap(p, model, tie_weights=False):
             return model(x)
 
     return {
@@ -69,8 +83,10 @@ def peers(model: nn.Module) -> dict[str, tuple[Callable, str]]:
         "walk a flat dict": (walk_flat, "flat"),
         "walk a nested TensorDict": (walk_nested, "nested"),
         "torch.func machinery, flat dict": (reparametrize, "flat"),
-        "fcall.swap, flat dict": (fcall_swap, "flat"),
+        "fcall.swap, flat dict": (fcall_swap_flat, "flat"),
         "fcall.swap, nested TensorDict": (fcall_swap, "nested"),
+        "torch.func, flat, tie_weights=False": (reparametrize_untied, "flat"),
+        "fcall.swap, nested, tie_weights=False": (fcall_swap_untied, "nested"),
     }
 
 
@@ -100,7 +116,7 @@ def main() -> None:
     print(f"{args.leaves} leaves, forward reads no parameter, per call (median):")
     for name, samples in times.items():
         median = statistics.median(samples)
-        print(f"  {name:<34}{median * 1e6:>10.1f} µs{median / base:>8.2f}x torch.func")
+        print(f"  {name:<40}{median * 1e6:>10.1f} µs{median / base:>8.2f}x torch.func")
 
 
 if __name__ == "__main__":
