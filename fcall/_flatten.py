@@ -127,13 +127,17 @@ def wrapped(params: TensorDictBase) -> TensorDictBase:
     return params
 
 
+def items_of(td: TensorDictBase) -> Any:
+    """The entries of ``td``; an exact TensorDict's own dict, read directly."""
+    # isinstance, not type(): under Dynamo, comparing type() of two entries
+    # installs a Python-evaluated relational guard, run on every call.
+    return td._tensordict.items() if isinstance(td, TensorDict) else td.items()
+
+
 def _walk_tensordict(
     td: TensorDictBase, prefix: Key, leaves: Leaves, holders: list[Holder] | None
 ) -> None:
-    # isinstance, not type(): under Dynamo, comparing type() of two entries
-    # installs a Python-evaluated relational guard, run on every call.
-    items = td._tensordict.items() if isinstance(td, TensorDict) else td.items()
-    for name, value in items:
+    for name, value in items_of(td):
         key = (*prefix, name)
         if value is None or isinstance(value, torch.Tensor):
             leaves._keys.append(key)

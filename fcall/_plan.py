@@ -215,7 +215,7 @@ def _add_entry(
             plan.chain.append((owner._modules, part, child))
         owner = child
     name = key[-1]
-    slot, kind = _slot_of(owner, name)
+    slot, kind = slot_of(owner, name)
     if slot is None:
         raise KeyError(_unknown(api, key, root, module))
     if id(owner) not in seen_owner:
@@ -229,7 +229,7 @@ def _add_entry(
         plan.has_attributes = True
 
 
-def _slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
+def slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
     if name in owner._parameters:
         return owner._parameters, "p"
     if name in owner._buffers:

@@ -19,11 +19,11 @@ import weakref
 from typing import Any
 
 import torch
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from torch import nn
 
-from ._flatten import Leaves, wrapped
-from ._plan import Plan, complete, unwrap
+from ._flatten import Leaves, items_of, wrapped
+from ._plan import Plan, complete, slot_of, unwrap
 
 
 def plan_while_tracing(
@@ -44,11 +44,8 @@ def plan_while_tracing(
 
 
 def _items(node: Any, in_tensordict: bool) -> Any:
-    if isinstance(node, TensorDict):
-        return node._tensordict.items()
     if isinstance(node, TensorDictBase):
-        node = wrapped(node)
-        return node._tensordict.items() if isinstance(node, TensorDict) else node.items()
+        return items_of(wrapped(node))
     if isinstance(node, dict) and not in_tensordict:
         return node.items()
     return None
@@ -60,20 +57,16 @@ def _visit(
     """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
     if isinstance(owner, nn.RNNBase):
         plan.rnns.append(weakref.ref(owner))
-    parameters, buffers, attributes = owner._parameters, owner._buffers, owner.__dict__
+    attributes = owner.__dict__
     for name, value in items:
         # A dotted or non-string name is in no module dict: it falls through to the
         # generic path, which splits or refuses it.
         if value is None or isinstance(value, torch.Tensor):
-            if name in parameters:
-                slot, kind = parameters, "p"
-            elif name in buffers:
-                slot, kind = buffers, "b"
-            elif isinstance(attributes.get(name), torch.Tensor):
-                slot, kind = attributes, "a"
-                plan.has_attributes = True
-            else:
+            slot, kind = slot_of(owner, name)
+            if slot is None:
                 return False
+            if kind == "a":
+                plan.has_attributes = True
             plan.entries.append((slot, name, len(values), attributes, kind))
             plan.names.append(prefix + name)
             values.append(value)
