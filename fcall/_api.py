@@ -13,7 +13,7 @@ from torch import nn
 from . import _distributed, _errors, _flatten
 from ._context import attach, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
-from ._plan import Plan, plan_for
+from ._plan import Plan, StalePlan, forget, plan_for
 from ._traced import plan_while_tracing
 
 Params = TensorDictBase | Mapping[str, Any]
@@ -103,8 +103,24 @@ def to_module(
         if inplace is not None:
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
-    plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
+    try:
+        return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
+    except StalePlan:  # a cached plan named a slot that is gone: build it again
+        forget(module)
+        return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
+
+
+def _to_module(
+    params: Params,
+    module: nn.Module,
+    mode: str,
+    return_swap: bool,
+    swap_dest: TensorDictBase | None,
+    non_blocking: bool,
+) -> TensorDictBase | None:
+    api = "fcall.to_module"
+    plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
     if mode != INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, leaves)
         if undone is not None:  # to_module(old, module): put everything back in its place
@@ -250,6 +266,16 @@ def _swap_in(
     params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
+    try:
+        return _swap_in_once(params, module, api, strict, tie_weights)
+    except StalePlan:  # a cached plan named a slot that is gone: build it again
+        forget(module)
+        return _swap_in_once(params, module, api, strict, tie_weights)
+
+
+def _swap_in_once(
+    params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
+) -> tuple[Swap, _flatten.Leaves]:
     plan, leaves = _resolve(params, module, api, tie_weights=tie_weights, strict=strict)
     _check_tied_values(plan, leaves, api)
     swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)

@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from . import _errors
-from ._engine import INPLACE, Swap
+from ._engine import INPLACE, Swap, read_slots
 from ._plan import Plan, unwrap
 
 SHARDED = "sharded"
@@ -109,8 +109,8 @@ def _prepare_sharded(
     swap.targets = []
     root_name = type(root).__name__
     with torch.no_grad():
-        for (slot, name, index, _, _), key in zip(plan.entries, plan.names):
-            target, value = slot[name], leaves.values[index]
+        for (_, _, index, _, _), key, target in zip(plan.entries, plan.names, read_slots(plan)):
+            value = leaves.values[index]
             if not isinstance(value, torch.Tensor):
                 raise TypeError(_errors.not_a_tensor(api, key, value))
             if target is None:

@@ -30,7 +30,7 @@ from torch import nn
 
 from . import _errors
 from ._flatten import Leaves
-from ._plan import Plan
+from ._plan import Plan, StalePlan
 
 AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
 _Parameter = nn.Parameter
@@ -93,7 +93,7 @@ def prepare(
             swap.new = values
             swap.deferred = True
             return swap
-    swap.old = [slot[name] for slot, name in plan.pairs]
+    swap.old = read_slots(plan)
     if mode == PRESERVE:
         swap.new = _registered_values(plan, values, swap.old)
     elif plan.direct:
@@ -128,12 +128,24 @@ def commit(swap: Swap) -> None:
             _move(entry[0], target, entry[1], value)
 
 
+def read_slots(plan: Plan) -> list[Any]:
+    """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
+    try:
+        return [slot[name] for slot, name in plan.pairs]
+    except KeyError:
+        raise StalePlan from None
+
+
 def _write_reading_old(swap: Swap) -> None:
     old = swap.old
-    if swap.mode == AS_IS:  # nothing can fail here
-        for (slot, name), value in zip(swap.plan.pairs, swap.new):
-            old.append(slot[name])
-            slot[name] = value
+    if swap.mode == AS_IS:
+        try:
+            for (slot, name), value in zip(swap.plan.pairs, swap.new):
+                old.append(slot[name])
+                slot[name] = value
+        except KeyError:  # a name left its dict since the plan was built
+            _undo(swap.plan, old)
+            raise StalePlan from None
         return
     new: list[Any] = []  # PRESERVE, direct, eager: _registered_values in one loop with the writes
     try:
@@ -152,11 +164,18 @@ def _write_reading_old(swap: Swap) -> None:
             old.append(old_value)
             new.append(value)
             slot[name] = value
-    except BaseException:
-        for (slot, name), old_value in zip(swap.plan.pairs, old):
-            slot[name] = old_value  # leave the module exactly as it was
+    except BaseException as error:
+        _undo(swap.plan, old)
+        if isinstance(error, KeyError):  # a name left its dict since the plan was built
+            raise StalePlan from None
         raise
     swap.new = new
+
+
+def _undo(plan: Plan, old: list[Any]) -> None:
+    """Put back the ``old`` values of the first writes: leave the module exactly as it was."""
+    for (slot, name), old_value in zip(plan.pairs, old):
+        slot[name] = old_value
 
 
 def restore(swap: Swap) -> list[Any]:
@@ -293,8 +312,8 @@ def _target_slot(entry: tuple, value: Any, mode: str) -> dict:
 def _check_inplace(plan: Plan, values: list, api: str) -> list:
     saved = []
     with torch.no_grad():
-        for (slot, name, index, _, _), key in zip(plan.entries, plan.names):
-            target, value = slot[name], values[index]
+        for (_, _, index, _, _), key, target in zip(plan.entries, plan.names, read_slots(plan)):
+            value = values[index]
             if value is None:
                 raise TypeError(_errors.not_a_tensor(api, key, value))
             if target is None:

@@ -72,7 +72,7 @@ class Plan:
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
         self.distributed: Any = None  # set by _distributed on first use
-        self.checks: tuple[list, ...] = ()  # what is_current compares, as parallel lists
+        self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
 
     def finish(self, cached: bool = True) -> Plan:
@@ -82,33 +82,55 @@ class Plan:
         self.direct = len(self.entries) == self.given
         if not cached:
             return self
-        self.checks = (
-            [modules for modules, _, _ in self.chain],
-            [name for _, name, _ in self.chain],
-            [child for _, _, child in self.chain],
-            self.registries,
-            [len(registry) for registry in self.registries],
-        )
+        # One row per module on a key's path, plus the root if it owns a key: one
+        # loop iteration per module, not one per dict and one per name.
+        checked = set()
+        for modules, name, child in self.chain:
+            checked.add(id(child._parameters))
+            self.checks.append((modules, name, child, *_sized(child._parameters, child._buffers)))
+        for parameters, buffers in zip(self.registries[::2], self.registries[1::2]):
+            if id(parameters) not in checked:  # the root's own
+                self.checks.append((_NO_PARENT, "", None, *_sized(parameters, buffers)))
         return self
 
     def is_current(self) -> bool:
-        """Whether the module tree still has the structure the plan was built on."""
-        modules, names, children, registries, sizes = self.checks
-        for parent, name, child in zip(modules, names, children):
-            if parent.get(name) is not child:
-                return False  # a submodule on a key's path was replaced or removed
-        for registry, size in zip(registries, sizes):
-            if len(registry) != size:
-                return False  # a parameter or buffer was registered or deleted
-        for slot, name in self.pairs:
-            if name not in slot:
-                return False  # a name moved to another dict (a buffer became a parameter)
+        """Whether the module tree still has the structure the plan was built on.
+
+        A name that left its dict while another name took its place (the dict's
+        size unchanged) is not checked here: reading it raises ``KeyError`` in the
+        swap, which then raises ``StalePlan`` and is retried with a new plan.
+        """
+        for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.checks:
+            if (
+                parent.get(name) is not child  # a submodule on a key's path was replaced
+                or len(parameters) != n_parameters  # a parameter registered or deleted
+                or len(buffers) != n_buffers
+            ):
+                return False
         for group in self.tie_groups:
-            first = group[0][0][group[0][1]]
-            for slot, name in group:
-                if slot[name] is not first:
+            try:
+                first = group[0][0][group[0][1]]
+                if any(slot[name] is not first for slot, name in group):
                     return False  # tied names were untied
+            except KeyError:
+                return False
         return True
+
+
+class StalePlan(Exception):
+    """A cached plan named a slot that is gone: the caller rebuilds and retries."""
+
+
+def _sized(parameters: dict, buffers: dict) -> tuple[dict, int, dict, int]:
+    return parameters, len(parameters), buffers, len(buffers)
+
+
+_NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "child"
+
+
+def forget(module: nn.Module) -> None:
+    """Drop the cached plans of ``module`` (one of them was stale)."""
+    _CACHE.pop(module, None)
 
 
 def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:

@@ -74,6 +74,51 @@ def test_buffer_turned_into_parameter_stays_a_parameter():
     assert "running_mean" not in model._buffers
 
 
+class _TwoParametersAndABuffer(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.first = nn.Parameter(torch.zeros(2))
+        self.moved = nn.Parameter(torch.zeros(2))
+        self.register_buffer("other", torch.zeros(2))
+
+
+def _trade_places(module: nn.Module) -> None:
+    """``moved`` becomes a buffer and ``other`` a parameter: no dict changes size."""
+    moved, other = module._parameters.pop("moved"), module._buffers.pop("other")
+    module._buffers["moved"] = moved.detach()
+    module._parameters["other"] = nn.Parameter(other)
+
+
+@pytest.mark.parametrize(
+    "swap_in",
+    [
+        lambda params, module: fcall.swap(params, module),
+        lambda params, module: fcall.to_module(params, module),
+        lambda params, module: fcall.to_module(params, module, inplace=True),
+    ],
+    ids=["swap", "to_module", "to_module-inplace"],
+)
+def test_names_that_trade_dicts_get_a_new_plan(swap_in):
+    module = _TwoParametersAndABuffer()
+    params = _params(module, 1.0).apply(nn.Parameter)
+    with swap_in(params, module):
+        pass
+    (stale,) = _cached_plans(module).values()
+    _trade_places(module)
+    first, moved, other = module.first, module.moved, module.other
+    with swap_in(params, module):
+        # the stale plan wrote "first" before it met "moved" in the wrong dict:
+        # that write was undone, and the whole swap made again with a new plan
+        assert [bool((module.get_parameter(n) == 1).all()) for n in ("first", "other")] == [1, 1]
+        assert bool((module.get_buffer("moved") == 1).all())
+        assert "moved" in module._buffers and "other" in module._parameters
+    assert all(
+        now is then
+        for now, then in zip([module.first, module.moved, module.other], [first, moved, other])
+    )
+    assert stale not in _cached_plans(module).values()
+
+
 def test_registered_parameter_is_seen_by_strict():
     model = nn.Linear(2, 2)
     params = _params(model, 1.0)
