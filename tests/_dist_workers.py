@@ -8,10 +8,11 @@ inside the job; the parent only asserts on the returned results.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
-import socket
 import tempfile
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -24,19 +25,41 @@ from torch import nn
 WORLD = 2
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+RENDEZVOUS_TIMEOUT = datetime.timedelta(seconds=120)
 
 
-def _entry(rank: int, job: Callable, port: int, out_dir: str) -> None:
+def _rendezvous(rank: int, out_dir: str) -> Any:
+    """A TCPStore on 127.0.0.1: rank 0 binds port 0 (the system picks a free one, so
+    no other process can take it between choosing and binding) and writes the port
+    for the other ranks to read."""
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    path = os.path.join(out_dir, "port")
+    if rank == 0:
+        store = dist.TCPStore(
+            "127.0.0.1", 0, WORLD, True, timeout=RENDEZVOUS_TIMEOUT, wait_for_workers=False
+        )
+        with open(path + ".tmp", "w") as f:
+            f.write(str(store.port))
+        os.replace(path + ".tmp", path)  # readers never see a partly written port
+        return store
+    deadline = time.monotonic() + RENDEZVOUS_TIMEOUT.total_seconds()
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError("rank 0 never opened the rendezvous store")
+        time.sleep(0.02)
+    with open(path) as f:
+        port = int(f.read())
+    return dist.TCPStore("127.0.0.1", port, WORLD, False, timeout=RENDEZVOUS_TIMEOUT)
+
+
+def _entry(rank: int, job: Callable, out_dir: str) -> None:
+    import torch.distributed as dist
+
     result: dict[str, Any]
     try:
-        dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+        store = _rendezvous(rank, out_dir)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=WORLD)
         try:
             result = {"ok": True, "checks": job(rank)}
         finally:
@@ -51,8 +74,7 @@ def launch(job: Callable, timeout: float = 150.0) -> list[dict]:
     """Run ``job`` on 2 ranks; return each rank's result dict. Kills hung ranks."""
     ctx = mp.get_context("spawn")
     with tempfile.TemporaryDirectory() as out_dir:
-        port = free_port()
-        procs = [ctx.Process(target=_entry, args=(r, job, port, out_dir)) for r in range(WORLD)]
+        procs = [ctx.Process(target=_entry, args=(r, job, out_dir)) for r in range(WORLD)]
         for proc in procs:
             proc.start()
         try:
