@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import _errors
+from . import _copies, _errors
 from ._flatten import Leaves
 from ._plan import Plan, StalePlan
 
@@ -42,7 +42,9 @@ class Swap:
     __slots__ = (
         "deferred",
         "done",
+        "installed",
         "leaves",
+        "live",
         "mode",
         "new",
         "non_blocking",
@@ -63,6 +65,8 @@ class Swap:
         self.orders: list[tuple[dict, list[str]]] = []  # key order of each dict a value left
         self.done = False  # restored already: a second restore must not undo later swaps
         self.deferred = False  # commit reads the old values (and converts) in its write loop
+        self.installed: list | None = None  # under Dynamo: copies of the slot dicts, _copies.py
+        self.live: list[dict] = []  # per entry, the copy that holds its new value
 
     def old_given(self) -> list[Any]:
         return self.old[: self.plan.given]
@@ -112,6 +116,10 @@ def commit(swap: Swap) -> None:
         return commit_sharded(swap)
     if swap.mode == INPLACE:
         _copy_into(swap.plan, swap.new, swap.non_blocking)
+    elif swap.mode == AS_IS and not swap.plan.has_attributes and torch.compiler.is_compiling():
+        # swap / functional_call: always undone, so the dicts can be copies; a
+        # to_module may stay, and must leave the module its own dicts
+        _copies.install(swap, swap.new, read_old=swap.deferred)
     elif swap.deferred:
         _write_reading_old(swap)
     elif swap.targets is None:
@@ -193,7 +201,12 @@ def restore(swap: Swap) -> list[Any]:
         _copy_into(plan, swap.old, swap.non_blocking)
         return []
     changed = False  # some slot holds another value than the swap put there
-    if swap.targets is None:
+    if swap.installed is not None:
+        current = _copies.uninstall(swap)
+        for now, new in zip(current, swap.new):
+            if now is not new:
+                changed = True
+    elif swap.targets is None:
         current = []
         for (slot, name), old, new in zip(plan.pairs, swap.old, swap.new):
             now = slot[name]

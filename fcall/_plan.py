@@ -199,15 +199,39 @@ def complete(
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
         return
-    named = _all_named_tensors(root)
+    names, tied = _names_and_ties(root)
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
-        _add_tied_aliases(plan, root, module, named, api, seen_chain, seen_owner)
+        _add_tied_aliases(plan, root, module, tied, api, seen_chain, seen_owner)
     if strict:
-        missing = sorted(set(named) - set(plan.names))
+        missing = sorted(set(names) - set(plan.names))
         if missing:
             raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
+
+
+def _names_and_ties(root: nn.Module) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Every parameter and buffer name of ``root``, and the groups of names tied to one tensor."""
+    if torch.compiler.is_compiling():
+        return _names_and_ties_once(root)
+    return _names_and_ties_of(_all_named_tensors(root))
+
+
+def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    names_of: dict[torch.Tensor, list[str]] = {}
+    for name, tensor in named.items():
+        names_of.setdefault(tensor, []).append(name)
+    return tuple(named), tuple(tuple(group) for group in names_of.values() if len(group) > 1)
+
+
+@torch._dynamo.assume_constant_result
+def _names_and_ties_once(root: nn.Module) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    # Under Dynamo this runs once, outside the trace, and its result is a constant:
+    # traced, it would read every tensor of the module, and each tensor read becomes
+    # a graph input with a TENSOR_MATCH guard evaluated on every call (about half of
+    # a swap-and-call's guards). The tied tensors are read in the trace afterwards
+    # (_plan._add_tied_aliases), so that untying them is still a guard failure.
+    return _names_and_ties_of(_all_named_tensors(root))
 
 
 def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
@@ -252,9 +276,11 @@ def _add_entry(
 
 
 def slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
-    if name in owner._parameters:
+    # `in tuple(d)`, not `in d`: traced, `name in d` reads the value too, which makes
+    # the module's own tensor a graph input guarded on every call.
+    if name in tuple(owner._parameters):
         return owner._parameters, "p"
-    if name in owner._buffers:
+    if name in tuple(owner._buffers):
         return owner._buffers, "b"
     if isinstance(owner.__dict__.get(name), torch.Tensor):
         return owner.__dict__, "a"
@@ -291,15 +317,11 @@ def _add_tied_aliases(
     plan: Plan,
     root: nn.Module,
     module: nn.Module,
-    named: dict,
+    tied: tuple[tuple[str, ...], ...],
     api: str,
     seen_chain: set,
     seen_owner: set,
 ) -> None:
-    names_of: dict[torch.Tensor, list[str]] = {}
-    for name, tensor in named.items():
-        names_of.setdefault(tensor, []).append(name)
-    tied = [group for group in names_of.values() if len(group) > 1]
     if not tied:
         return
     index_of_name = {name: i for i, name in enumerate(plan.names)}
@@ -315,4 +337,16 @@ def _add_tied_aliases(
                 index_of_name[name] = len(plan.entries)
                 key = tuple(name.split("."))
                 _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
-        plan.tie_groups.append([plan.entries[index_of_name[name]][:2] for name in group])
+        slots = [plan.entries[index_of_name[name]][:2] for name in group]
+        if torch.compiler.is_compiling():
+            _read_tied(slots)
+        plan.tie_groups.append(slots)
+
+
+def _read_tied(slots: list[tuple[dict, str]]) -> None:
+    # Traced, reading the tied tensors makes them graph inputs, guarded as one
+    # tensor under several names: untying them later fails the guards (recompile).
+    first = slots[0][0][slots[0][1]]
+    for slot, name in slots[1:]:
+        if slot[name] is not first:
+            raise AssertionError("tied names no longer share one tensor")

@@ -1,0 +1,103 @@
+"""What a compiled ``swap`` / ``functional_call`` guards on, and what it replays (issue 5).
+
+Traced, these install copies of the slot dicts on the modules instead of writing into
+them (``fcall/_copies.py``), and find tied names outside the trace: the module's own
+tensors are never read, so they are neither graph inputs nor guarded on every call.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support import Tied, assert_same_state, state
+from torch import nn
+
+import fcall
+
+
+class TwoBuffers(nn.Module):
+    """``scale`` is swapped; ``steps`` is not, and forward reassigns it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 2)
+        self.register_buffer("scale", torch.ones(2))
+        self.register_buffer("steps", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.steps = self.steps + 1
+        return self.lin(x) * self.scale
+
+
+def swap_and_call(m, p, x):
+    with fcall.swap(p, m):
+        return m(x)
+
+
+def functional_call(m, p, x):
+    return fcall.functional_call(m, p, (x,))
+
+
+APIS = [swap_and_call, functional_call]
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
+def test_the_modules_own_tensors_are_not_guarded(counter, api):
+    m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    before = state(m)
+    cnt = counter("eager")
+    fn = torch.compile(lambda p, x: api(m, p, x), backend=cnt, fullgraph=True)
+    x = torch.randn(2, 3)
+    params = [fcall.from_module(m).detach().apply(torch.randn_like) for _ in range(2)]
+    fn(params[0], x)
+    # A guarded tensor recompiles when its requires_grad flips (TENSOR_MATCH):
+    # the swapped-out parameters are not guarded, so nothing recompiles.
+    for p in m.parameters():
+        p.requires_grad_(False)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        y = fn(params[1], x)
+    expected = torch.func.functional_call(m, dict(params[1].flatten_keys(".")), x)
+    torch.testing.assert_close(y, expected)
+    assert cnt.frame_count == 1
+    for p in m.parameters():
+        p.requires_grad_(True)
+    assert_same_state(m, before)
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
+def test_an_entry_forward_sets_and_the_swap_did_not_touch_stays_set(counter, api):
+    compiled, eager = TwoBuffers(), TwoBuffers()
+    eager.load_state_dict(compiled.state_dict())
+    cnt = counter("eager")
+    fn = torch.compile(lambda p, x: api(compiled, p, x), backend=cnt, fullgraph=True)
+    x = torch.randn(2, 3)
+    for _ in range(2):
+        p = {"scale": torch.full((2,), 3.0)}
+        scale = compiled.scale
+        torch.testing.assert_close(fn(p, x), api(eager, p, x))
+        assert compiled.scale is scale  # swapped: restored
+        assert compiled.steps == eager.steps  # not swapped, set by forward: kept, as in eager
+    assert int(compiled.steps) == 2
+    assert list(compiled._buffers) == ["scale", "steps"]
+    assert cnt.frame_count == 1
+
+
+@pytest.mark.parametrize("api", ["swap", "functional_call"])
+def test_untying_after_compiling_recompiles_and_swaps_right(counter, api):
+    m = Tied()
+
+    def f(w, idx):
+        if api == "functional_call":
+            return fcall.functional_call(m, {"emb.weight": w}, (idx,))
+        with fcall.swap({"emb": {"weight": w}}, m):
+            return m(idx)
+
+    cnt = counter("eager")
+    fn = torch.compile(f, backend=cnt, fullgraph=True)
+    idx = torch.tensor([0, 4])
+    w = torch.randn(5, 3)
+    torch.testing.assert_close(fn(w, idx), torch.func.functional_call(m, {"emb.weight": w}, idx))
+    m.head.weight = nn.Parameter(torch.randn(5, 3))  # untie: head keeps its own weight
+    expected = torch.func.functional_call(m, {"emb.weight": w}, idx)
+    torch.testing.assert_close(fn(w, idx), expected)
+    assert cnt.frame_count == 2  # the tied names are guarded as one tensor
