@@ -155,22 +155,24 @@ def _write_reading_old(swap: Swap) -> None:
             _undo(swap.plan, old)
             raise StalePlan from None
         return
-    new: list[Any] = []  # PRESERVE, direct, eager: _registered_values in one loop with the writes
+    # PRESERVE, direct, eager: _registered_values in one loop with the writes
+    values = new = swap.new  # copied on the first conversion only
     try:
-        for (slot, name, _, _, kind), value in zip(swap.plan.entries, swap.new):
+        for (slot, name, _, _, kind), value in zip(swap.plan.entries, values):
             old_value = slot[name]
+            old.append(old_value)
             # A Parameter that requires grad stays as it is whatever the old
-            # requires_grad (it tracks gradients); reading requires_grad costs
-            # ~0.1 us, so the old value's is read only when it decides.
+            # requires_grad (it tracks gradients): checked first, as the common case.
             if (
                 kind == "p"
+                and not (type(value) is _Parameter and value.requires_grad)
                 and old_value is not None
                 and value is not None
-                and not (type(value) is _Parameter and value.requires_grad)
             ):
                 value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
-            old.append(old_value)
-            new.append(value)
+                if new is values:
+                    new = list(values)
+                new[len(old) - 1] = value
             slot[name] = value
     except BaseException as error:
         _undo(swap.plan, old)
