@@ -7,8 +7,8 @@ original tensor it holds (a ``TENSOR_MATCH`` per parameter, evaluated on every
 call). ``torch.func.functional_call`` pays both. Installing a copy instead
 (``owner.__dict__["_parameters"] = copy``, and the original dict back on
 restore) is one attribute store to replay per module, and the original tensors
-are never read as graph inputs: for a 1,000-leaf model about half of the
-per-call guards go away.
+are never read as graph inputs: the per-call guards of a swap-and-call take
+0.6-0.75x those of ``functional_call`` (200 and 1,000 leaves).
 
 Only ``swap`` and ``functional_call`` go this way (their swap is always
 undone; a ``to_module`` may stay, and then the module must keep its own dict
