@@ -81,20 +81,23 @@ def flatten(params: Any, api: str) -> Leaves:
 
 
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
-_END = None  # ends the names of one node in a signature: names are strings
+# In a signature (names are strings): the end of one node's names, and of its children.
+_END_NAMES, _END_NODE = None, 0
 
 
 def _walk_exact(entries: dict, values: list, shape: list) -> bool:
     """Eager fast path over exact TensorDicts holding plain tensors and Parameters.
 
-    Collects the values, and in ``shape`` the names of each node in pre-order,
-    each node's names ended by ``None`` and each child node preceded by its
-    name: that identifies the key structure without a key tuple per leaf, and,
-    made of strings only, it hashes fast (a string caches its hash, a tuple does
-    not). Returns False on anything else (the general walk then runs).
+    Collects the values, and in ``shape`` the names of each node in pre-order:
+    its names, then ``None``, then each child node preceded by its name, then
+    ``0`` (without that end, ``{a: {b: t}, b: {y: t}}`` and ``{a: {b: {y: t}},
+    b: t}`` would read the same). That identifies the key structure without a
+    key tuple per leaf, and, made of strings, it hashes fast (a string caches
+    its hash, a tuple does not). Returns False on anything else (the general
+    walk then runs).
     """
     shape += entries
-    shape.append(_END)
+    shape.append(_END_NAMES)
     for name, value in entries.items():
         # `is` twice, not `in` a tuple of classes: twice as fast per leaf here.
         cls = type(value)
@@ -106,6 +109,7 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
                 return False
         else:
             return False
+    shape.append(_END_NODE)
     return True
 
 

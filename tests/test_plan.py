@@ -193,3 +193,20 @@ def test_a_cached_plan_does_not_keep_its_module_alive(make):
     del model
     gc.collect()
     assert alive() is None
+
+
+def test_key_structures_that_differ_only_in_nesting_get_their_own_plans():
+    model = nn.Module()
+    model.a = nn.Module()
+    model.a.register_parameter("b", nn.Parameter(torch.zeros(1)))
+    model.b = nn.Module()
+    model.b.register_parameter("y", nn.Parameter(torch.zeros(1)))
+    fits = TensorDict({"a": {"b": torch.ones(1)}, "b": {"y": torch.ones(1)}})
+    with fcall.swap(fits, model):
+        pass
+    # the same names in the same order, nested differently: a.b.y and b name nothing
+    other = TensorDict({"a": {"b": {"y": torch.ones(1)}}, "b": torch.ones(1)})
+    with pytest.raises(KeyError, match=re.escape("'a.b.y' names no parameter or buffer")):
+        with fcall.swap(other, model):
+            pass
+    assert model.a.b.item() == 0 and model.b.y.item() == 0
