@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 from support import Tied, assert_same_state, state
+from tensordict import TensorDict
 from torch import nn
 
 import fcall
@@ -101,3 +102,16 @@ def test_untying_after_compiling_recompiles_and_swaps_right(counter, api):
     expected = torch.func.functional_call(m, {"emb.weight": w}, idx)
     torch.testing.assert_close(fn(w, idx), expected)
     assert cnt.frame_count == 2  # the tied names are guarded as one tensor
+
+
+def test_strict_sees_a_buffer_registered_after_compiling(counter):
+    m = nn.Sequential(nn.Linear(3, 2))
+    cnt = counter("eager")
+    fn = torch.compile(
+        lambda p, x: fcall.functional_call(m, p, (x,), strict=True), backend=cnt, fullgraph=False
+    )
+    x = torch.randn(2, 3)
+    fn(fcall.from_module(m).detach().clone(), x)
+    m.register_buffer("extra", torch.zeros(1))  # on a module the swap itself does not walk
+    with pytest.raises(RuntimeError, match=r"params has no value for 1 key\(s\)"):
+        fn(TensorDict({"0": fcall.from_module(m[0]).detach().clone()}), x)

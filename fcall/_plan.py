@@ -199,7 +199,7 @@ def complete(
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
         return
-    names, tied = _names_and_ties(root)
+    names, tied = _names_and_ties(root, traced_guards=strict)
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
@@ -210,9 +210,15 @@ def complete(
             raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
 
 
-def _names_and_ties(root: nn.Module) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """Every parameter and buffer name of ``root``, and the groups of names tied to one tensor."""
-    if torch.compiler.is_compiling():
+def _names_and_ties(
+    root: nn.Module, traced_guards: bool
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Every parameter and buffer name of ``root``, and the groups of names tied to one tensor.
+
+    ``traced_guards``: under Dynamo, walk the module in the trace anyway, so that every
+    module of the tree is guarded (``strict`` must see a parameter registered later on
+    a module the swap does not touch)."""
+    if torch.compiler.is_compiling() and not traced_guards:
         return _names_and_ties_once(root)
     return _names_and_ties_of(_all_named_tensors(root))
 
