@@ -104,11 +104,9 @@ def to_module(
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
-    try:
-        return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
-    except StalePlan:  # a cached plan named a slot that is gone: build it again
-        forget(module)
-        return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
+    return _retried_if_stale(
+        module, _to_module, params, module, mode, return_swap, swap_dest, non_blocking
+    )
 
 
 def _to_module(
@@ -266,11 +264,17 @@ def _swap_in(
     params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
+    return _retried_if_stale(module, _swap_in_once, params, module, api, strict, tie_weights)
+
+
+def _retried_if_stale(module: nn.Module, swap_in: Any, *args: Any) -> Any:
+    """``swap_in(*args)``, made again with new plans if a cached plan of ``module`` named
+    a slot that is gone (``StalePlan``: its writes were undone)."""
     try:
-        return _swap_in_once(params, module, api, strict, tie_weights)
-    except StalePlan:  # a cached plan named a slot that is gone: build it again
+        return swap_in(*args)
+    except StalePlan:
         forget(module)
-        return _swap_in_once(params, module, api, strict, tie_weights)
+        return swap_in(*args)
 
 
 def _swap_in_once(

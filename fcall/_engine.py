@@ -145,41 +145,44 @@ def read_slots(plan: Plan) -> list[Any]:
 
 
 def _write_reading_old(swap: Swap) -> None:
-    old = swap.old
-    if swap.mode == AS_IS:
-        try:
+    """Commit's deferred loop (eager only): read each old value, convert (``PRESERVE``) and
+    write; on any failure undo the writes made, a ``KeyError`` becoming ``StalePlan``."""
+    try:
+        if swap.mode == AS_IS:
+            old = swap.old
             for (slot, name), value in zip(swap.plan.pairs, swap.new):
                 old.append(slot[name])
                 slot[name] = value
-        except KeyError:  # a name left its dict since the plan was built
-            _undo(swap.plan, old)
-            raise StalePlan from None
-        return
-    # PRESERVE, direct, eager: _registered_values in one loop with the writes
-    values = new = swap.new  # copied on the first conversion only
-    try:
-        for (slot, name, _, _, kind), value in zip(swap.plan.entries, values):
-            old_value = slot[name]
-            old.append(old_value)
-            # A Parameter that requires grad stays as it is whatever the old
-            # requires_grad (it tracks gradients): checked first, as the common case.
-            if (
-                kind == "p"
-                and not (type(value) is _Parameter and value.requires_grad)
-                and old_value is not None
-                and value is not None
-            ):
-                value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
-                if new is values:
-                    new = list(values)
-                new[len(old) - 1] = value
-            slot[name] = value
+        else:
+            swap.new = _write_preserving(swap)
     except BaseException as error:
-        _undo(swap.plan, old)
+        _undo(swap.plan, swap.old)
         if isinstance(error, KeyError):  # a name left its dict since the plan was built
             raise StalePlan from None
         raise
-    swap.new = new
+
+
+def _write_preserving(swap: Swap) -> list[Any]:
+    # PRESERVE, direct: _registered_values in one loop with the writes
+    old = swap.old
+    values = new = swap.new  # copied on the first conversion only
+    for (slot, name, _, _, kind), value in zip(swap.plan.entries, values):
+        old_value = slot[name]
+        old.append(old_value)
+        # A Parameter that requires grad stays as it is whatever the old
+        # requires_grad (it tracks gradients): checked first, as the common case.
+        if (
+            kind == "p"
+            and not (type(value) is _Parameter and value.requires_grad)
+            and old_value is not None
+            and value is not None
+        ):
+            value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
+            if new is values:
+                new = list(values)
+            new[len(old) - 1] = value
+        slot[name] = value
+    return new
 
 
 def _undo(plan: Plan, old: list[Any]) -> None:

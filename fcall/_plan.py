@@ -51,8 +51,8 @@ class Plan:
         "names",
         "names_are_keys",
         "pairs",
-        "registries",
         "rnns",
+        "root_dicts",
         "tie_groups",
         "tie_sources",
     )
@@ -62,7 +62,7 @@ class Plan:
         self.given = 0  # how many entries come from params keys
         self.names: list[str] = []  # dotted module name of each entry
         self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
-        self.registries: list[dict] = []  # each owner's _parameters and _buffers
+        self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
         self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
         # Derived once by finish(), for the hot loops:
@@ -84,13 +84,10 @@ class Plan:
             return self
         # One row per module on a key's path, plus the root if it owns a key: one
         # loop iteration per module, not one per dict and one per name.
-        checked = set()
         for modules, name, child in self.chain:
-            checked.add(id(child._parameters))
             self.checks.append((modules, name, child, *_sized(child._parameters, child._buffers)))
-        for parameters, buffers in zip(self.registries[::2], self.registries[1::2]):
-            if id(parameters) not in checked:  # the root's own
-                self.checks.append((_NO_PARENT, "", None, *_sized(parameters, buffers)))
+        if self.root_dicts is not None:
+            self.checks.append((_NO_PARENT, "", None, *_sized(*self.root_dicts)))
         return self
 
     def is_current(self) -> bool:
@@ -109,12 +106,20 @@ class Plan:
                 return False
         for group in self.tie_groups:
             try:
-                first = group[0][0][group[0][1]]
-                if any(slot[name] is not first for slot, name in group):
+                if not still_tied(group):
                     return False  # tied names were untied
             except KeyError:
                 return False
         return True
+
+
+def still_tied(group: list[tuple[dict, str]]) -> bool:
+    """Whether the (slot, name) pairs of ``group`` still hold one tensor."""
+    first = group[0][0][group[0][1]]
+    for slot, name in group[1:]:
+        if slot[name] is not first:
+            return False
+    return True
 
 
 class StalePlan(Exception):
@@ -272,7 +277,8 @@ def _add_entry(
         raise KeyError(_unknown(api, key, root, module))
     if id(owner) not in seen_owner:
         seen_owner.add(id(owner))
-        plan.registries += (owner._parameters, owner._buffers)
+        if owner is root:
+            plan.root_dicts = (owner._parameters, owner._buffers)
         if isinstance(owner, nn.RNNBase):
             plan.rnns.append(weakref.ref(owner))
     plan.entries.append((slot, name, index, owner.__dict__, kind))
@@ -344,15 +350,8 @@ def _add_tied_aliases(
                 key = tuple(name.split("."))
                 _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
         slots = [plan.entries[index_of_name[name]][:2] for name in group]
-        if torch.compiler.is_compiling():
-            _read_tied(slots)
-        plan.tie_groups.append(slots)
-
-
-def _read_tied(slots: list[tuple[dict, str]]) -> None:
-    # Traced, reading the tied tensors makes them graph inputs, guarded as one
-    # tensor under several names: untying them later fails the guards (recompile).
-    first = slots[0][0][slots[0][1]]
-    for slot, name in slots[1:]:
-        if slot[name] is not first:
+        # Traced, reading the tied tensors makes them graph inputs, guarded as one
+        # tensor under several names: untying them later fails the guards (recompile).
+        if torch.compiler.is_compiling() and not still_tied(slots):
             raise AssertionError("tied names no longer share one tensor")
+        plan.tie_groups.append(slots)
