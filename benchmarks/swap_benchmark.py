@@ -309,8 +309,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="eager table only, small sizes")
     parser.add_argument("--backend", default="inductor")
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "latest.json"))
+    parser.add_argument("--out", help="JSON path (default: results/latest.json, quick.json)")
     args = parser.parse_args()
+    results_dir = ROOT / "benchmarks" / "results"
+    # --quick must not overwrite the full run that the docs quote
+    default_out = results_dir / ("quick.json" if args.quick else "latest.json")
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
@@ -334,7 +337,7 @@ def main() -> None:
         print("\nPeak memory of one swap:")
         results["memory_mib"] = peak_memory()
         plot(results["eager_us_per_leaf"], ROOT / "docs" / "perf_swap.png")
-    out = Path(args.out)
+    out = Path(args.out) if args.out else default_out
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2))
     print(f"\nwrote {out}")

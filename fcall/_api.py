@@ -13,7 +13,7 @@ from torch import nn
 from . import _distributed, _errors, _flatten
 from ._context import attach, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
-from ._plan import Plan, StalePlan, forget, plan_for
+from ._plan import Plan, StalePlan, build, forget, plan_for
 from ._traced import plan_while_tracing
 
 Params = TensorDictBase | Mapping[str, Any]
@@ -292,11 +292,14 @@ def _resolve(
     params: Params, module: nn.Module, api: str, *, tie_weights: bool, strict: bool
 ) -> tuple[Plan, _flatten.Leaves]:
     """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``."""
+    # The one is_compiling() check of a swap: past it, plan.traced tells.
     if torch.compiler.is_compiling():
         traced = plan_while_tracing(params, module, api, tie_weights=tie_weights, strict=strict)
         if traced is not None:
             return traced
-    leaves = _flatten.flatten(params, api)
+        leaves = _flatten.flatten_generic(params, api)
+        return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict), leaves
+    leaves = _flatten.flatten_eager(params, api)
     return plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict), leaves
 
 

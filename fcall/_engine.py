@@ -93,7 +93,7 @@ def prepare(
             swap.new = values if plan.direct else [values[entry[2]] for entry in plan.entries]
             swap.deferred = True
             return swap
-        if mode == PRESERVE and plan.direct and not torch.compiler.is_compiling():
+        if mode == PRESERVE and plan.direct and not plan.traced:
             swap.new = values
             swap.deferred = True
             return swap
@@ -116,7 +116,7 @@ def commit(swap: Swap) -> None:
         return commit_sharded(swap)
     if swap.mode == INPLACE:
         _copy_into(swap.plan, swap.new, swap.non_blocking)
-    elif swap.mode == AS_IS and not swap.plan.has_attributes and torch.compiler.is_compiling():
+    elif swap.mode == AS_IS and not swap.plan.has_attributes and swap.plan.traced:
         # swap / functional_call: always undone, so the dicts can be copies; a
         # to_module may stay, and must leave the module its own dicts
         _copies.install(swap, swap.new, read_old=swap.deferred)
@@ -212,13 +212,7 @@ def restore(swap: Swap) -> list[Any]:
             if now is not new:
                 changed = True
     elif swap.targets is None:
-        current = []
-        for (slot, name), old, new in zip(plan.pairs, swap.old, swap.new):
-            now = slot[name]
-            if now is not new:
-                changed = True
-            current.append(now)
-            slot[name] = old
+        current, changed = _put_back(plan.pairs, swap.old, swap.new)
     else:
         current = [target[name] for target, (_, name) in zip(swap.targets, plan.pairs)]
         for (slot, name), target, old in zip(
@@ -234,6 +228,27 @@ def restore(swap: Swap) -> list[Any]:
     if changed:
         _write_back(swap, current)
     return current
+
+
+def _put_back(pairs: list, old: list, new: list) -> tuple[list, bool]:
+    """Write the ``old`` values back into their slots. Returns what the slots held, and
+    whether some slot held another value than ``new`` (forward reassigned it)."""
+    entries = zip(pairs, old, new)
+    for (slot, name), old_value, new_value in entries:
+        now = slot[name]
+        if now is not new_value:
+            break
+        slot[name] = old_value
+    else:
+        return new, False  # the common case: one read, one compare and one write per slot
+    rest = list(entries)
+    current = new[: len(new) - 1 - len(rest)]  # the slots put back before the break
+    current.append(now)
+    slot[name] = old_value
+    for (slot, name), old_value, _ in rest:
+        current.append(slot[name])
+        slot[name] = old_value
+    return current, True
 
 
 def _reset_rnn_flat_weights(rnn: nn.Module) -> None:
@@ -263,8 +278,7 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 
 
 def _registered_values(plan: Plan, values: list, old: list) -> list:
-    compiling = torch.compiler.is_compiling()
-    is_parameter = _isinstance_parameter if compiling else _is_parameter
+    is_parameter = _isinstance_parameter if plan.traced else _is_parameter
     # The common eager case (no tied aliases) is done in commit's loop instead:
     # see _write_reading_old.
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor

@@ -16,10 +16,13 @@ Dynamo, installs guards on every TensorDict attribute it touches.
 
 from __future__ import annotations
 
+import collections
 from typing import Any
 
+import tensordict.base as _td_base
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict._contextlib import LAST_OP_MAPS
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from . import _errors
@@ -60,7 +63,21 @@ class Leaves:
 
 
 def flatten(params: Any, api: str) -> Leaves:
-    if type(params) in _EXACT and not torch.compiler.is_compiling():
+    if torch.compiler.is_compiling():
+        return flatten_generic(params, api)
+    return flatten_eager(params, api)
+
+
+def flatten_generic(params: Any, api: str) -> Leaves:
+    """Any params container, eager or traced: a key tuple per leaf."""
+    leaves = _walk(params, Leaves(params, api), None)
+    leaves.signature = tuple(leaves.keys)
+    return leaves
+
+
+def flatten_eager(params: Any, api: str) -> Leaves:
+    """Eager only: exact TensorDicts take a fast walk (``_walk_exact``)."""
+    if type(params) in _EXACT:
         leaves = Leaves(params, api)
         pending = params.__dict__.get("_layout_and_values")
         if pending is not None and pending[3] is not None:
@@ -75,9 +92,7 @@ def flatten(params: Any, api: str) -> Leaves:
         if _walk_exact(params._tensordict, leaves.values, shape):
             leaves.signature = tuple(shape)
             return leaves
-    leaves = _walk(params, Leaves(params, api), None)
-    leaves.signature = tuple(leaves.keys)
-    return leaves
+    return flatten_generic(params, api)
 
 
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
@@ -281,6 +296,35 @@ class OldValues(TensorDict):
     def _tensordict(self, entries: dict) -> None:
         self.__dict__["_entries"] = entries
         self.__dict__.pop("_layout_and_values", None)
+
+    # TensorDict's __enter__/__exit__ (tensordict/base.py), without what costs more
+    # than a small swap: a tensorclass check on each, and a hasattr that misses
+    # through TensorDict.__getattr__ on first entry. Same queue, same dispatch.
+    def __enter__(self) -> OldValues:
+        if torch.compiler.is_compiling():
+            return super().__enter__()
+        attributes = self.__dict__
+        queue = attributes.get("_last_op_queue")
+        if queue is None:
+            queue = attributes["_last_op_queue"] = collections.deque()
+        queue.append(attributes.get("_last_op"))
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
+        queue = self.__dict__.get("_last_op_queue")
+        last_op = queue[-1] if queue else None
+        if (
+            last_op is None
+            or last_op[0] not in _td_base._UNDO_ON_ERROR_OPS
+            or torch.compiler.is_compiling()
+        ):
+            return super().__exit__(exc_type, exc, traceback)
+        # An op undone on exit whether or not the block raised (fcall's to_module):
+        # TensorDict.__exit__ calls its inverse in both cases too.
+        queue.pop()
+        name, (args, kwargs, previous) = last_op
+        result = LAST_OP_MAPS[name](self, args, kwargs, previous())
+        return False if exc_type is not None else result
 
 
 _EXACT = (TensorDict, OldValues)

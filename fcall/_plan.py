@@ -27,7 +27,9 @@ from . import _errors
 from ._flatten import Key, Leaves
 
 _MAX_PLANS_PER_MODULE = 16
-_CACHE: weakref.WeakKeyDictionary[nn.Module, dict[Any, Plan]] = weakref.WeakKeyDictionary()
+# Per module, by id: (a weak reference to it, its plans by key structure). Not a
+# WeakKeyDictionary: its get() is Python code, about a tenth of a small swap.
+_CACHE: dict[int, tuple[weakref.ref, dict[Any, Plan]]] = {}
 
 # (slot dict, name, index of the value in the params leaves, owner.__dict__, kind)
 # The owner's __dict__ rather than the owner: a plan must not keep its module alive
@@ -55,6 +57,7 @@ class Plan:
         "root_dicts",
         "tie_groups",
         "tie_sources",
+        "traced",
     )
 
     def __init__(self) -> None:
@@ -74,12 +77,14 @@ class Plan:
         self.distributed: Any = None  # set by _distributed on first use
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
+        self.traced = False  # built while Dynamo traces: used in that trace only, never cached
 
     def finish(self, cached: bool = True) -> Plan:
         """Derive what the hot loops read, and, if the plan is ``cached``, what
         ``is_current`` compares (a plan built under Dynamo is never reused)."""
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
+        self.traced = not cached
         if not cached:
             return self
         # One row per module on a key's path, plus the root if it owns a key: one
@@ -135,7 +140,22 @@ _NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "c
 
 def forget(module: nn.Module) -> None:
     """Drop the cached plans of ``module`` (one of them was stale)."""
-    _CACHE.pop(module, None)
+    _CACHE.pop(id(module), None)
+
+
+def _plans_of(module: nn.Module) -> dict[Any, Plan]:
+    key = id(module)
+    found = _CACHE.get(key)
+    if found is not None and found[0]() is module:
+        return found[1]
+
+    def drop(ref: weakref.ref) -> None:  # the module is gone: so are its plans
+        if _CACHE.get(key, (None,))[0] is ref:
+            del _CACHE[key]
+
+    plans: dict[Any, Plan] = {}
+    _CACHE[key] = (weakref.ref(module, drop), plans)
+    return plans
 
 
 def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
@@ -155,12 +175,10 @@ def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
 def plan_for(
     module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
 ) -> Plan:
-    if torch.compiler.is_compiling():  # traced, never cached: see fcall/_traced.py
-        return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+    """The cached plan of ``leaves`` in ``module`` (eager only: under Dynamo a plan is
+    built in the trace and never cached, see fcall/_traced.py)."""
     signature = (leaves.signature, tie_weights, strict)
-    per_module = _CACHE.get(module)
-    if per_module is None:
-        per_module = _CACHE[module] = {}
+    per_module = _plans_of(module)
     plan = per_module.get(signature)
     if plan is None or not plan.is_current():
         plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)

@@ -20,7 +20,8 @@ def _params(module: nn.Module, fill: float) -> TensorDict:
 
 
 def _cached_plans(module: nn.Module) -> dict:
-    return _plan._CACHE.get(module, {})
+    found = _plan._CACHE.get(id(module))
+    return found[1] if found is not None and found[0]() is module else {}
 
 
 def test_a_plan_is_cached_per_key_structure_and_reused():
@@ -186,13 +187,15 @@ def test_a_cached_plan_does_not_keep_its_module_alive(make):
     import weakref
 
     model = make()
-    alive = weakref.ref(model)
+    alive, key = weakref.ref(model), id(model)
     with fcall.swap(_params(model, 1.0), model):
         pass
     fcall.to_module(fcall.to_module(_params(model, 2.0), model), model)
+    assert key in _plan._CACHE
     del model
     gc.collect()
     assert alive() is None
+    assert key not in _plan._CACHE  # the cache entry went with its module
 
 
 def test_key_structures_that_differ_only_in_nesting_get_their_own_plans():
