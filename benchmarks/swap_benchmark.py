@@ -40,6 +40,7 @@ import fcall
 
 ROOT = Path(__file__).resolve().parent.parent
 EAGER_PEERS = ["fcall.swap", "fcall.to_module", "tensordict", "torch.func", "floor"]
+FCALL_APIS = ["fcall.swap", "fcall.to_module"]
 
 
 def chain(leaves: int) -> nn.Sequential:
@@ -121,12 +122,12 @@ def eager_table(sizes: list[int], rounds: int = 15) -> dict[int, dict[str, float
 
 def print_eager_row(leaves: int, row: dict[str, float]) -> None:
     cells = "".join(f"{row[peer]:>17.3f}" for peer in EAGER_PEERS)
-    ratio = row["fcall.swap"] / row["torch.func"]
-    ratio_tm = row["fcall.to_module"] / row["torch.func"]
-    print(f"{leaves:>7}{cells}{ratio:>12.2f}x{ratio_tm:>9.2f}x")
+    ratios = [row[api] / row[peer] for peer in ("torch.func", "floor") for api in FCALL_APIS]
+    print(f"{leaves:>7}{cells}" + "".join(f"{ratio:>9.2f}x" for ratio in ratios))
 
 
 BASE_PEER = "torch.func (flat dict)"
+FCALL_PEER = "fcall.swap (nested TD)"
 
 
 def _swap_and_call_peers(model: nn.Module) -> dict[str, Callable]:
@@ -149,13 +150,15 @@ def _swap_and_call_peers(model: nn.Module) -> dict[str, Callable]:
 
 
 def compiled_calls(
-    sizes: list[int], backend: str, rounds: int = 21
+    sizes: list[int], backend: str, rounds: int = 21, compile_rounds: int = 3
 ) -> dict[int, dict[str, dict[str, float]]]:
     """First-compile time of each peer, then per-call times with the peers taking turns.
 
     The call ratio is the median over rounds of each round's ratio to
     ``functional_call``: the peers of one round run back to back, so load that
-    comes and goes on a shared machine cancels out of the ratio.
+    comes and goes on a shared machine cancels out of the ratio. The compile ratio
+    is taken the same way over ``compile_rounds`` compiles of fcall and
+    ``functional_call`` (tensordict, whose compile takes minutes, is compiled once).
 
     Inductor's on-disk caches are off (a peer must not reuse another's graph), and a
     small model is compiled first with every peer so that no peer pays the imports.
@@ -166,7 +169,12 @@ def compiled_calls(
     _compile_all(chain(4), backend)  # warm-up: lazy imports, first-use initialisation
     results = {}
     for leaves in sizes:
-        compiled, params, first = _compile_all(chain(leaves), backend)
+        compile_s: dict[str, list[float]] = {}
+        for round_ in range(compile_rounds):
+            peers = None if round_ == compile_rounds - 1 else [BASE_PEER, FCALL_PEER]
+            compiled, params, first = _compile_all(chain(leaves), backend, peers)
+            for peer, seconds in first.items():
+                compile_s.setdefault(peer, []).append(seconds)
         x = torch.randn(8, 4)
         times: dict[str, list[float]] = {peer: [] for peer in compiled}
         with torch.no_grad():
@@ -178,7 +186,10 @@ def compiled_calls(
             peer: {
                 "call_us": statistics.median(times[peer]) * 1e6,
                 "call_ratio": statistics.median(t / b for t, b in zip(times[peer], base)),
-                "first_compile_s": first[peer],
+                "first_compile_s": statistics.median(compile_s[peer]),
+                "compile_ratio": statistics.median(
+                    t / b for t, b in zip(compile_s[peer][::-1], compile_s[BASE_PEER][::-1])
+                ),  # reversed: tensordict's one compile pairs with the last round's
             }
             for peer in compiled
         }
@@ -187,13 +198,17 @@ def compiled_calls(
     return results
 
 
-def _compile_all(model: nn.Module, backend: str) -> tuple[dict, dict, dict]:
+def _compile_all(
+    model: nn.Module, backend: str, only: list[str] | None = None
+) -> tuple[dict, dict, dict]:
     td = fcall.from_module(model).detach().clone()
     flat = {".".join(key): value for key, value in td.items(True, True)}
     x = torch.randn(8, 4)
     torch._dynamo.reset()
     compiled, params, first = {}, {}, {}
     for peer, fn in _swap_and_call_peers(model).items():
+        if only is not None and peer not in only:
+            continue
         params[peer] = flat if peer.startswith("torch.func") else td
         compiled[peer] = torch.compile(fn, backend=backend, fullgraph=peer.startswith("fcall"))
         start = time.perf_counter()
@@ -204,10 +219,9 @@ def _compile_all(model: nn.Module, backend: str) -> tuple[dict, dict, dict]:
 
 
 def print_compiled_rows(leaves: int, rows: dict[str, dict[str, float]]) -> None:
-    base = rows[BASE_PEER]
     for peer, row in rows.items():
         call_ratio = row["call_ratio"]
-        compile_ratio = row["first_compile_s"] / base["first_compile_s"]
+        compile_ratio = row["compile_ratio"]
         print(
             f"{leaves:>7}  {peer:<24}{row['call_us']:>11.1f}{call_ratio:>9.2f}x"
             f"{row['first_compile_s']:>11.2f}{compile_ratio:>9.2f}x"
@@ -318,9 +332,10 @@ def main() -> None:
     torch.manual_seed(0)
 
     sizes = [10, 100, 1000] if args.quick else [10, 100, 1000, 10_000]
-    print("Eager swap + restore, µs per leaf (median), and fcall / torch.func:")
-    print(f"{'leaves':>7}" + "".join(f"{peer:>17}" for peer in EAGER_PEERS)
-          + f"{'swap/func':>13}{'tm/func':>10}")  # fmt: skip
+    print("Eager swap + restore, µs per leaf (median), and fcall / torch.func, fcall / floor:")
+    ratio_names = ("swap/func", "tm/func", "swap/fl", "tm/fl")
+    peer_cells = "".join(f"{peer:>17}" for peer in EAGER_PEERS)
+    print(f"{'leaves':>7}{peer_cells}" + "".join(f"{name:>10}" for name in ratio_names))
     results: dict[str, object] = {
         "torch": torch.__version__,
         "eager_us_per_leaf": eager_table(sizes),

@@ -189,6 +189,30 @@ def test_to_module_with_block_keywords_one_graph(counter, backend, kwargs):
     assert cnt.frame_count == 1
 
 
+@pytest.mark.parametrize("preserve", [True, False])
+def test_old_values_swapped_back_in_a_nested_block_one_graph(counter, preserve):
+    m = nn.Linear(3, 2)
+    before = state(m)
+
+    def f(p, x):
+        with fcall.to_module(p, m, preserve_module_state=preserve) as old:
+            with fcall.to_module(old, m, preserve_module_state=preserve):
+                own = m(x)
+            return own, m(x)
+
+    cnt = counter("eager")
+    fn = torch.compile(f, backend=cnt, fullgraph=True)
+    x = torch.randn(3)
+    with torch.no_grad():
+        for _ in range(2):
+            p = fresh(m)
+            own, swapped = fn(p, x)
+            torch.testing.assert_close(own, m(x))
+            torch.testing.assert_close(swapped, reference(m, p, x))
+            assert_same_state(m, before)
+    assert cnt.frame_count == 1
+
+
 def test_return_swap_false_leaves_the_new_values_registered(counter):
     m = nn.Linear(3, 2)
     weight, bias = m.weight, m.bias

@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from . import _distributed, _errors, _flatten
-from ._context import attach, undone_by
+from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._plan import Plan, StalePlan, build, forget, plan_for
 from ._traced import plan_while_tracing
@@ -122,8 +122,12 @@ def _to_module(
     if mode != INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, leaves)
         if undone is not None:  # to_module(old, module): put everything back in its place
-            current = restore(undone)[: undone.plan.given]
-            return _old_tensordict(plan, leaves, current) if return_swap else None
+            current = restore(undone)
+            if not return_swap:
+                return None
+            out = _old_tensordict(plan, leaves, current[: undone.plan.given])
+            attach_redo(out, undone, current)  # `with`: on exit, the swap is back in
+            return out
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
     swap = swap or prepare(plan, leaves, mode, api, non_blocking, defer=swap_dest is None)
     if swap.deferred:  # the old values are read while writing: the OldValues come after

@@ -17,14 +17,22 @@ import tensordict.base as _td_base
 from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 
-from ._engine import PRESERVE, REPLACE, Swap, restore
+from ._engine import PRESERVE, REPLACE, Swap, reapply, restore
 
 OP_NAME = "_fcall_to_module"
+
+
+REDO_OP_NAME = "_fcall_to_module_redo"
 
 
 def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
     swap, _ = args
     restore(swap)
+
+
+def _reapply_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
+    swap, current = args
+    reapply(swap, current)
 
 
 def undone_by(params: Any, module: Any) -> Swap | None:
@@ -63,5 +71,14 @@ def attach(out: Any, swap: Swap, module: Any) -> None:
     out.clear_refs_for_compile_ = _keep_refs
 
 
+def attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:
+    """``out``, returned by ``to_module(old, module)`` that undid ``swap`` (which left
+    ``current`` in the slots), puts the swap back in on exit of a ``with`` block, as
+    tensordict's ``to_module`` swaps back the values it took out."""
+    out._last_op = (REDO_OP_NAME, ((swap, current), {}, _no_previous))
+    out.clear_refs_for_compile_ = _keep_refs
+
+
 LAST_OP_MAPS[OP_NAME] = _restore_on_exit
-_td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {OP_NAME})
+LAST_OP_MAPS[REDO_OP_NAME] = _reapply_on_exit
+_td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {OP_NAME, REDO_OP_NAME})

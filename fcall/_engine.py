@@ -230,6 +230,19 @@ def restore(swap: Swap) -> list[Any]:
     return current
 
 
+def reapply(swap: Swap, current: list[Any]) -> None:
+    """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
+    and the swap can be restored again."""
+    if swap.targets is None:
+        for (slot, name), value in zip(swap.plan.pairs, current):
+            slot[name] = value
+    else:
+        for (slot, name, _, _, _), target, value in zip(swap.plan.entries, swap.targets, current):
+            _move(slot, target, name, value)
+    swap.new = current
+    swap.done = False
+
+
 def _put_back(pairs: list, old: list, new: list) -> tuple[list, bool]:
     """Write the ``old`` values back into their slots. Returns what the slots held, and
     whether some slot held another value than ``new`` (forward reassigned it)."""

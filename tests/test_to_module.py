@@ -135,6 +135,33 @@ def test_nested_block_unwinds_on_exception_from_the_inner_block():
     assert_same_state(m, before)
 
 
+@pytest.mark.parametrize("preserve", [True, False])
+def test_old_values_swapped_back_in_a_nested_block_swap_out_again_on_exit(preserve):
+    # tensordict: `with p.to_module(m) as old: with old.to_module(m): ...` runs the inner
+    # block on the module's own values, and the outer one on p's again after it.
+    m = Net()
+    before = state(m)
+    x = torch.randn(2, 3)
+    with fcall.to_module(zeros_like_params(m), m, preserve_module_state=preserve) as old:
+        swapped_in, swapped_weight = state(m), m.lin.weight
+        with fcall.to_module(old, m, preserve_module_state=preserve) as taken_out:
+            assert_same_state(m, before)
+            assert taken_out["lin", "weight"] is swapped_weight
+        assert_same_state(m, swapped_in)
+        assert m.eval()(x).abs().sum() == 0
+    assert_same_state(m, before)
+
+
+def test_old_values_swapped_back_in_a_nested_block_unwind_on_exception():
+    m = Net()
+    before = state(m)
+    with pytest.raises(KeyError, match="inner"):
+        with fcall.to_module(zeros_like_params(m), m) as old:
+            with fcall.to_module(old, m):
+                raise KeyError("inner")
+    assert_same_state(m, before)
+
+
 def test_missing_keys_are_a_partial_swap():
     m = Net()
     bias = m.lin.bias
