@@ -136,7 +136,7 @@ def _to_module(
     else:  # swap_dest is written first: a failure there leaves the module untouched
         out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
         commit(swap)
-    if isinstance(out, TensorDictBase):
+    if out is not None:  # OldValues or swap_dest
         attach(out, swap, module)
     return out
 
