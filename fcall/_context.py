@@ -6,7 +6,8 @@ returned TensorDict carries ``_last_op = (name, (args, kwargs, ref))`` and its
 so that a plain ``TensorDict`` (or the user's ``swap_dest``) restores the module
 through fcall's exact ``restore``, and adds the name to the ops that are undone
 when the block raises. No TensorDict subclass is needed, which keeps Dynamo on
-the TensorDict paths it already traces.
+the TensorDict paths it already traces (in eager, fcall's own ``OldValues`` takes
+a shorter path to the same dispatch: ``_flatten.OldValues.__exit__``).
 """
 
 from __future__ import annotations
@@ -19,10 +20,8 @@ from tensordict._contextlib import LAST_OP_MAPS
 
 from ._engine import PRESERVE, REPLACE, Swap, reapply, restore
 
-OP_NAME = "_fcall_to_module"
-
-
-REDO_OP_NAME = "_fcall_to_module_redo"
+OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
+REDO_OP_NAME = "_fcall_to_module_redo"  # the record of an exact undo: the swap back on exit
 
 
 def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
