@@ -61,20 +61,24 @@ def _keep_refs() -> None:
 
 
 def attach(out: Any, swap: Swap, module: Any) -> None:
-    out._last_op = (OP_NAME, ((swap, module), {}, _no_previous))
-    # Under Dynamo, TensorDict.__exit__ first calls clear_refs_for_compile_(),
-    # which calls type() on every leaf; on a Parameter created in the graph (a
-    # nested to_module wraps values in Parameters) that crashes the guard
-    # builder (NameError: SYNTHETIC_LOCAL). The refs it clears are weakrefs that
-    # fcall never records, so the call is skipped for this TensorDict.
-    out.clear_refs_for_compile_ = _keep_refs
+    """``out`` restores ``swap`` on exit of a ``with`` block."""
+    _record(out, OP_NAME, (swap, module))
 
 
 def attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:
     """``out``, returned by ``to_module(old, module)`` that undid ``swap`` (which left
     ``current`` in the slots), puts the swap back in on exit of a ``with`` block, as
     tensordict's ``to_module`` swaps back the values it took out."""
-    out._last_op = (REDO_OP_NAME, ((swap, current), {}, _no_previous))
+    _record(out, REDO_OP_NAME, (swap, current))
+
+
+def _record(out: Any, op_name: str, args: tuple) -> None:
+    out._last_op = (op_name, (args, {}, _no_previous))
+    # Under Dynamo, TensorDict.__exit__ first calls clear_refs_for_compile_(),
+    # which calls type() on every leaf; on a Parameter created in the graph (a
+    # nested to_module wraps values in Parameters) that crashes the guard
+    # builder (NameError: SYNTHETIC_LOCAL). The refs it clears are weakrefs that
+    # fcall never records, so the call is skipped for this TensorDict.
     out.clear_refs_for_compile_ = _keep_refs
 
 

@@ -122,18 +122,26 @@ def commit(swap: Swap) -> None:
         _copies.install(swap, swap.new, read_old=swap.deferred)
     elif swap.deferred:
         _write_reading_old(swap)
-    elif swap.targets is None:
-        for (slot, name), value in zip(swap.plan.pairs, swap.new):
+    else:
+        if swap.targets is not None:
+            left = {
+                id(entry[0]): entry[0]
+                for entry, target in zip(swap.plan.entries, swap.targets)
+                if target is not entry[0]
+            }
+            swap.orders = [(slot, list(slot)) for slot in left.values()]
+        _write(swap.plan, swap.new, swap.targets)
+
+
+def _write(plan: Plan, values: list[Any], targets: list[dict] | None = None) -> None:
+    """Write ``values`` into the plan's slots, in order (fewer values: the first slots);
+    with ``targets``, a value whose target is another dict moves there."""
+    if targets is None:
+        for (slot, name), value in zip(plan.pairs, values):
             slot[name] = value
     else:
-        left = {
-            id(entry[0]): entry[0]
-            for entry, target in zip(swap.plan.entries, swap.targets)
-            if target is not entry[0]
-        }
-        swap.orders = [(slot, list(slot)) for slot in left.values()]
-        for entry, target, value in zip(swap.plan.entries, swap.targets, swap.new):
-            _move(entry[0], target, entry[1], value)
+        for (slot, name, _, _, _), target, value in zip(plan.entries, targets, values):
+            _move(slot, target, name, value)
 
 
 def read_slots(plan: Plan) -> list[Any]:
@@ -156,7 +164,7 @@ def _write_reading_old(swap: Swap) -> None:
         else:
             swap.new = _write_preserving(swap)
     except BaseException as error:
-        _undo(swap.plan, swap.old)
+        _write(swap.plan, swap.old)  # the first slots get their old values back
         if isinstance(error, KeyError):  # a name left its dict since the plan was built
             raise StalePlan from None
         raise
@@ -183,12 +191,6 @@ def _write_preserving(swap: Swap) -> list[Any]:
             new[len(old) - 1] = value
         slot[name] = value
     return new
-
-
-def _undo(plan: Plan, old: list[Any]) -> None:
-    """Put back the ``old`` values of the first writes: leave the module exactly as it was."""
-    for (slot, name), old_value in zip(plan.pairs, old):
-        slot[name] = old_value
 
 
 def restore(swap: Swap) -> list[Any]:
@@ -233,12 +235,7 @@ def restore(swap: Swap) -> list[Any]:
 def reapply(swap: Swap, current: list[Any]) -> None:
     """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
     and the swap can be restored again."""
-    if swap.targets is None:
-        for (slot, name), value in zip(swap.plan.pairs, current):
-            slot[name] = value
-    else:
-        for (slot, name, _, _, _), target, value in zip(swap.plan.entries, swap.targets, current):
-            _move(slot, target, name, value)
+    _write(swap.plan, current, swap.targets)
     swap.new = current
     swap.done = False
 
