@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from . import _distributed, _errors, _flatten
+from . import _distributed, _errors, _express, _flatten
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._plan import Plan, StalePlan, build, forget, plan_for
@@ -118,6 +118,10 @@ def _to_module(
     non_blocking: bool,
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
+    if mode == PRESERVE and swap_dest is None:
+        swap = _express.swap(params, module, api, mode)
+        if swap is not None:
+            return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
     if mode != INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, leaves)
@@ -132,6 +136,8 @@ def _to_module(
     swap = swap or prepare(plan, leaves, mode, api, non_blocking, defer=swap_dest is None)
     if swap.deferred:  # the old values are read while writing: the OldValues come after
         commit(swap)
+        if mode == PRESERVE:
+            _express.offer(module, plan, leaves)
         out = _old_tensordict(plan, leaves, swap.old_given()) if return_swap else None
     else:  # swap_dest is written first: a failure there leaves the module untouched
         out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
@@ -268,6 +274,10 @@ def _swap_in(
     params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
+    if tie_weights and not strict:  # the flags an express is built for
+        swapped = _express.swap(params, module, api, AS_IS)
+        if swapped is not None:
+            return swapped, swapped.leaves
     return _retried_if_stale(module, _swap_in_once, params, module, api, strict, tie_weights)
 
 
@@ -289,6 +299,8 @@ def _swap_in_once(
     swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)
     swapped = swapped or prepare(plan, leaves, AS_IS, api, False)
     commit(swapped)
+    if tie_weights and not strict:
+        _express.offer(module, plan, leaves)
     return swapped, leaves
 
 
@@ -348,6 +360,12 @@ def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> Tens
     if plan.layout is None:
         plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
     return _flatten.old_values(plan.layout, None, old, leaves.signature)
+
+
+def _attached_old_values(swap: Swap, module: nn.Module) -> TensorDict:
+    out = _old_tensordict(swap.plan, swap.leaves, swap.old)
+    attach(out, swap, module)
+    return out
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:

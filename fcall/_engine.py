@@ -99,7 +99,7 @@ def prepare(
             return swap
     swap.old = read_slots(plan)
     if mode == PRESERVE:
-        swap.new = _registered_values(plan, values, swap.old)
+        swap.new = registered_values(plan, values, swap.old)
     elif plan.direct:
         swap.new = values
     else:
@@ -171,7 +171,7 @@ def _write_reading_old(swap: Swap) -> None:
 
 
 def _write_preserving(swap: Swap) -> list[Any]:
-    # PRESERVE, direct: _registered_values in one loop with the writes
+    # PRESERVE, direct: registered_values in one loop with the writes
     old = swap.old
     values = new = swap.new  # copied on the first conversion only
     for (slot, name, _, _, kind), value in zip(swap.plan.entries, values):
@@ -214,7 +214,11 @@ def restore(swap: Swap) -> list[Any]:
             if now is not new:
                 changed = True
     elif swap.targets is None:
-        current, changed = _put_back(plan.pairs, swap.old, swap.new)
+        express = plan.express  # fcall/_express.py: unrolled, if every slot is unchanged
+        if express and express.put_back(swap.old, swap.new):
+            current = swap.new
+        else:
+            current, changed = _put_back(plan.pairs, swap.old, swap.new)
     else:
         current = [target[name] for target, (_, name) in zip(swap.targets, plan.pairs)]
         for (slot, name), target, old in zip(
@@ -287,7 +291,7 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
     target[name] = value
 
 
-def _registered_values(plan: Plan, values: list, old: list) -> list:
+def registered_values(plan: Plan, values: list, old: list) -> list:
     is_parameter = _isinstance_parameter if plan.traced else _is_parameter
     # The common eager case (no tied aliases) is done in commit's loop instead:
     # see _write_reading_old.

@@ -27,9 +27,10 @@ from . import _errors
 from ._flatten import Key, Leaves
 
 _MAX_PLANS_PER_MODULE = 16
-# Per module, by id: (a weak reference to it, its plans by key structure). Not a
-# WeakKeyDictionary: its get() is Python code, about a tenth of a small swap.
-_CACHE: dict[int, tuple[weakref.ref, dict[Any, Plan]]] = {}
+# Per module, by id: [a weak reference to it, its plans by key structure, the express
+# of its last generic swap or None]. Not a WeakKeyDictionary: its get() is Python
+# code, about a tenth of a small swap.
+_CACHE: dict[int, list] = {}
 
 # (slot dict, name, index of the value in the params leaves, owner.__dict__, kind)
 # The owner's __dict__ rather than the owner: a plan must not keep its module alive
@@ -47,11 +48,13 @@ class Plan:
         "direct",
         "distributed",
         "entries",
+        "express",
         "given",
         "has_attributes",
         "layout",
         "names",
         "names_are_keys",
+        "offers",
         "pairs",
         "rnns",
         "root_dicts",
@@ -78,6 +81,8 @@ class Plan:
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
         self.traced = False  # built while Dynamo traces: used in that trace only, never cached
+        self.offers = 0  # eager uses so far, until the express is built (fcall/_express.py)
+        self.express: Any = None  # its Express, False if it gets none, None if not yet built
 
     def finish(self, cached: bool = True) -> Plan:
         """Derive what the hot loops read, and, if the plan is ``cached``, what
@@ -138,6 +143,20 @@ def _sized(parameters: dict, buffers: dict) -> tuple[dict, int, dict, int]:
 _NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "child"
 
 
+def current_express(module: nn.Module) -> Any:
+    """The express the last generic swap of ``module`` left (fcall/_express.py), or ``None``."""
+    found = _CACHE.get(id(module))
+    if found is not None and found[0]() is module:
+        return found[2]
+    return None
+
+
+def set_express(module: nn.Module, express: Any) -> None:
+    found = _CACHE.get(id(module))
+    if found is not None and found[0]() is module:
+        found[2] = express
+
+
 def forget(module: nn.Module) -> None:
     """Drop the cached plans of ``module`` (one of them was stale)."""
     _CACHE.pop(id(module), None)
@@ -154,7 +173,7 @@ def _plans_of(module: nn.Module) -> dict[Any, Plan]:
             del _CACHE[key]
 
     plans: dict[Any, Plan] = {}
-    _CACHE[key] = (weakref.ref(module, drop), plans)
+    _CACHE[key] = [weakref.ref(module, drop), plans, None]
     return plans
 
 

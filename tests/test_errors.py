@@ -18,6 +18,9 @@ from torch import nn
 
 import fcall
 
+# every test also runs with the express lane on (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
 
 def values_before(module: nn.Module) -> TensorDict:
     return fcall.from_module(module).detach().clone()

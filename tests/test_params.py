@@ -11,6 +11,9 @@ from torch import nn
 
 from fcall import TensorDictParams
 
+# every test also runs with the express lane on (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
 
 def _names(m, kind="parameters"):
     return [n for n, _ in getattr(m, f"named_{kind}")()]

@@ -14,6 +14,9 @@ import fcall
 from fcall import _plan
 from fcall._flatten import OldValues
 
+# every test also runs with the express lane on (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
 
 def _params(module: nn.Module, fill: float) -> TensorDict:
     return fcall.from_module(module).detach().clone().apply(lambda t: t.fill_(fill))

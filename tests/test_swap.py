@@ -12,6 +12,9 @@ from torch import nn
 
 import fcall
 
+# every test also runs with the express lane on (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
 # --- from_module ---------------------------------------------------------------------------
 
 

@@ -10,6 +10,9 @@ from torch import nn
 
 import fcall
 
+# every test also runs with the express lane on (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
 
 class Net(nn.Module):
     """A Linear, a BatchNorm, a persistent and a non-persistent buffer."""

@@ -1,0 +1,232 @@
+"""The eager express lane: a reused swap plan compiled to straight-line Python.
+
+After the generic path (flatten → plan → prepare → commit) has served one key
+structure twice on a module, fcall writes that swap out as two generated
+functions and keeps them as the module's *express*:
+
+* ``swap_in(entries, preserve)`` checks, in order and before writing anything,
+  that the params TensorDict has exactly the plan's nodes and keys (one
+  ``list(d) != keys`` per node), that every leaf is a ``Tensor`` or a
+  ``Parameter``, that every submodule on a key's path is the same object with
+  as many parameters and buffers as when the plan was built (``Plan.is_current``
+  unrolled), and reads the old values; then it converts (``to_module``'s
+  ``preserve_module_state``, only when some value for a parameter does not
+  require grad) and writes. It returns ``None`` at the first mismatch, with the
+  module untouched, and the generic path runs.
+* ``put_back(old, new)`` restores, if every slot still holds what the swap put
+  there (otherwise the generic restore runs, which also writes a reassigned
+  buffer back into the params).
+
+A loop spends most of its time on its own bytecode (iterate, unpack, store);
+unrolled, each leaf is a subscript on a node dict, one on its slot dict, and a
+write, with the dicts in closure cells and the names as constants. That is
+faster than the precomputed write loop the benchmark calls the floor.
+
+Only the plain case gets an express: eager, a TensorDict (or TensorDictParams)
+of tensors, no tied names, no plain-attribute slots, no FSDP2 or DDP, no RNN,
+``tie_weights=True`` and ``strict=False`` (the defaults of every API).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+
+from tensordict.nn import TensorDictParams as _TensorDictParamsBase
+
+from ._engine import PRESERVE, Swap, registered_values
+from ._flatten import Layout, Leaves, layout_of
+from ._plan import Plan, current_express, set_express
+
+_IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
+# Generating and compiling the source costs about as much as 300-600 swaps save, so
+# only a structure swapped often gets an express, and only up to a size past which
+# the unrolled code runs little faster than the loops and compiles ever slower.
+_OFFERS_BEFORE_BUILD = 32
+_MAX_LEAVES = 1024
+
+
+class Express:
+    """The generated swap of one plan; ``signature`` keys the plan in the cache."""
+
+    __slots__ = ("plan", "put_back", "signature", "swap_in")
+
+    def __init__(self, plan: Plan, signature: Any, functions: tuple[Callable, Callable]) -> None:
+        self.plan = plan
+        self.signature = signature
+        self.swap_in, self.put_back = functions
+
+
+def swap(params: Any, module: torch.nn.Module, api: str, mode: str) -> Swap | None:
+    """``params`` swapped into ``module`` by the module's express, or ``None`` (nothing
+    written: the generic path runs). Eager only; ``mode`` is ``AS_IS`` or ``PRESERVE``."""
+    if torch.compiler.is_compiling():
+        return None
+    express = current_express(module)
+    if express is None:
+        return None
+    entries = _entries_of(params)
+    if entries is None:
+        return None
+    swapped = express.swap_in(entries, mode == PRESERVE)
+    if swapped is None:
+        return None
+    leaves = Leaves(params, api)
+    leaves.values, leaves.signature = swapped[0], express.signature
+    swap = Swap(express.plan, mode, leaves, False)
+    swap.new, swap.old = swapped[1], swapped[2]
+    return swap
+
+
+def _entries_of(params: Any) -> dict | None:
+    """The root dict of an exact TensorDict or of a TensorDictParams' TensorDict; ``None``
+    for anything else, and for a TensorDict that records an op (``to_module`` may undo it)."""
+    if type(params) is not TensorDict:
+        if not isinstance(params, _TensorDictParamsBase):
+            return None
+        params = params._param_td
+        if type(params) is not TensorDict:
+            return None
+    attributes = params.__dict__
+    return None if attributes.get("_last_op") else attributes["_tensordict"]
+
+
+def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
+    """After a generic eager swap with the default flags: ``plan``'s express, built on its
+    second offer, becomes the module's (a structure swapped once costs no code)."""
+    if plan.traced or _entries_of(leaves.params) is None:
+        return
+    if plan.express is None:
+        plan.offers += 1
+        if plan.offers < _OFFERS_BEFORE_BUILD:
+            return
+        plan.express = _build(plan, leaves.keys, leaves.signature) if _eligible(plan) else False
+    set_express(module, plan.express or None)
+
+
+def _eligible(plan: Plan) -> bool:
+    return (
+        not plan.traced
+        and plan.direct
+        and not plan.has_attributes
+        and not plan.tie_groups
+        and not plan.rnns
+        and plan.distributed in (None, "")
+        and 0 < plan.given <= _MAX_LEAVES
+    )
+
+
+def _build(plan: Plan, keys: list, signature: Any) -> Express:
+    if plan.layout is None:
+        plan.layout = layout_of(keys)
+    source, constants = _Source(plan, plan.layout).write()
+    namespace = {"__builtins__": __builtins__, **constants}  # the constants are its globals
+    exec(compile(source, f"<fcall express, {plan.given} leaves>", "exec"), namespace)
+    return Express(plan, signature, (namespace["swap_in"], namespace["put_back"]))
+
+
+class _Source:
+    """Python source of ``swap_in`` and ``put_back`` for one plan, and the objects it
+    names (its globals: a dict is one specialised ``LOAD_GLOBAL`` away)."""
+
+    def __init__(self, plan: Plan, layout: Layout) -> None:
+        self.plan = plan
+        self.layout = layout
+        self.constants: dict[str, Any] = {
+            "TD": TensorDict,
+            "IS_LEAF": _IS_LEAF,
+            "CONVERT": functools.partial(registered_values, plan),
+        }
+        self.names: dict[int, str] = {}  # id(object) -> its name in the source
+
+    def constant(self, value: Any, prefix: str) -> str:
+        name = self.names.get(id(value))
+        if name is None:
+            name = self.names[id(value)] = f"{prefix}{len(self.constants)}"
+            self.constants[name] = value
+        return name
+
+    def write(self) -> tuple[str, dict[str, Any]]:
+        return "\n".join([*self._swap_in(), *self._put_back(), ""]), self.constants
+
+    def _node_reads(self) -> tuple[list[str], list[str]]:
+        """Lines that bind and check every params node dict, and each leaf's read."""
+        lines: list[str] = []
+        leaf_reads = [""] * self.plan.given
+        pending = [(len(self.layout) - 1, "d0")]  # the layout is post-order: root last
+        count = 1
+        while pending:  # pre-order, the order the leaves come in
+            index, var = pending.pop()
+            entries = self.layout[index]
+            keys = self.constant([name for name, _, _ in entries], "K")
+            lines.append(f"        if list({var}) != {keys}: return None")
+            children = []
+            for name, is_leaf, at in entries:
+                if is_leaf:
+                    leaf_reads[at] = f"{var}[{name!r}]"
+                    continue
+                child, count = f"d{count}", count + 1
+                lines.append(f"        {child} = {var}[{name!r}]")
+                lines.append(f"        if type({child}) is not TD: return None")
+                lines.append(f"        {child} = {child}._tensordict")
+                children.append((at, child))
+            pending.extend(reversed(children))
+        return lines, leaf_reads
+
+    def _slots(self) -> list[str]:
+        return [f"{self.constant(slot, 'S')}[{name!r}]" for slot, name in self.plan.pairs]
+
+    def _swap_in(self) -> list[str]:
+        plan = self.plan
+        node_lines, leaf_reads = self._node_reads()
+        values = _unpack("v", plan.given)
+        slots = self._slots()
+        lines = ["def swap_in(d0, preserve):", "    try:", *node_lines]
+        lines.append(f"        values = [{', '.join(leaf_reads)}]")
+        lines.append("        if not all(map(IS_LEAF, map(type, values))): return None")
+        lines += self._module_checks()
+        lines.append(f"        old = [{', '.join(slots)}]")
+        lines += ["    except KeyError:", "        return None", f"    {values} = values"]
+        grads = [f"v{i}.requires_grad" for i, e in enumerate(plan.entries) if e[4] == "p"]
+        if grads:
+            lines.append(f"    if preserve and not ({' and '.join(grads)}):")
+            lines.append("        new = CONVERT(values, old)  # may raise: nothing written yet")
+            lines.append(f"        {values} = new")
+            lines.append("    else:")
+        lines.append("        new = values" if grads else "    new = values")
+        lines += [f"    {slot} = v{i}" for i, slot in enumerate(slots)]
+        lines.append("    return values, new, old")
+        return lines
+
+    def _module_checks(self) -> list[str]:
+        lines = []
+        for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.plan.checks:
+            checks = [
+                f"len({self.constant(parameters, 'P')}) != {n_parameters}",
+                f"len({self.constant(buffers, 'B')}) != {n_buffers}",
+            ]
+            if child is not None:  # None: the root's row
+                parent_name, child_name = self.constant(parent, "M"), self.constant(child, "C")
+                checks.insert(0, f"{parent_name}.get({name!r}) is not {child_name}")
+            lines.append(f"        if {' or '.join(checks)}: return None")
+        return lines
+
+    def _put_back(self) -> list[str]:
+        given = self.plan.given
+        slots = self._slots()
+        same = " and ".join(f"{slot} is v{i}" for i, slot in enumerate(slots))
+        lines = ["def put_back(old, new):", f"    {_unpack('v', given)} = new", "    try:"]
+        lines += [f"        if not ({same}): return False", "    except KeyError:"]
+        lines += ["        return False", f"    {_unpack('o', given)} = old"]
+        lines += [f"    {slot} = o{i}" for i, slot in enumerate(slots)]
+        lines.append("    return True")
+        return lines
+
+
+def _unpack(prefix: str, count: int) -> str:
+    names = ", ".join(f"{prefix}{i}" for i in range(count))
+    return f"{names}," if count == 1 else names

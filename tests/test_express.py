@@ -1,0 +1,263 @@
+"""The eager express lane (fcall/_express.py): used when it fits, and when it does not,
+the module is untouched and the generic path gives the very same result or error."""
+
+from __future__ import annotations
+
+import gc
+import re
+import weakref
+
+import pytest
+import torch
+from support import Counter, Net, assert_same_state, state
+from tensordict import TensorDict
+from torch import nn
+
+import fcall
+from fcall import _api, _express, _plan
+
+
+@pytest.fixture
+def generic_swaps(monkeypatch: pytest.MonkeyPatch) -> list:
+    """Express built at a plan's first use; the list records each generic swap."""
+    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+    calls: list = []
+    resolve = _api._resolve
+
+    def counted(*args, **kwargs):
+        calls.append(args[0])
+        return resolve(*args, **kwargs)
+
+    monkeypatch.setattr(_api, "_resolve", counted)
+    return calls
+
+
+def chain(n: int = 3) -> nn.Sequential:
+    return nn.Sequential(*[nn.Linear(2, 2) for _ in range(n)])
+
+
+def params_of(module: nn.Module, fill: float, grad: bool = True) -> TensorDict:
+    params = fcall.from_module(module).detach().clone().apply(lambda t: t.fill_(fill))
+    return params.apply(nn.Parameter) if grad else params
+
+
+def primed(module: nn.Module, params: TensorDict) -> None:
+    """Swap ``params`` in and out until ``module`` has an express for their structure."""
+    for _ in range(2):
+        with fcall.swap(params, module):
+            pass
+    assert _plan.current_express(module) is not None
+
+
+def test_default_an_express_comes_with_the_32nd_swap_and_is_used():
+    model, params = chain(), params_of(chain(), 1.0)
+    for _ in range(_express._OFFERS_BEFORE_BUILD - 1):
+        with fcall.swap(params, model):
+            pass
+    assert _plan.current_express(model) is None  # a structure swapped a few times: no code
+    with fcall.to_module(params, model):
+        pass
+    assert _plan.current_express(model) is not None
+
+
+@pytest.mark.parametrize("api", ["swap", "to_module", "functional_call"])
+def test_express_swaps_in_the_values_and_restores_the_very_objects(generic_swaps, api):
+    model = chain()
+    own, before = fcall.from_module(model), state(model)
+    params = params_of(model, 2.0)
+    primed(model, params)
+    generic_swaps.clear()
+    seen = []
+    for fill in (3.0, 4.0):
+        other = params_of(model, fill)
+        if api == "functional_call":
+            out = fcall.functional_call(model, other, (torch.ones(1, 2),))
+            seen.append(out)
+            continue
+        swap = fcall.swap if api == "swap" else fcall.to_module
+        with swap(other, model) as old:
+            assert model[1].weight is other["1", "weight"]
+            assert old["1", "weight"] is own["1", "weight"]
+            seen.append(model(torch.ones(1, 2)))
+        assert_same_state(model, before)
+    assert generic_swaps == []  # both swaps went through the express
+    for fill, out in zip((3.0, 4.0), seen):
+        flat = {name: torch.full_like(t, fill) for name, t in model.named_parameters()}
+        torch.testing.assert_close(out, torch.func.functional_call(model, flat, torch.ones(1, 2)))
+
+
+def test_a_tensordictparams_takes_the_express(generic_swaps):
+    model = chain()
+    params = fcall.TensorDictParams(params_of(model, 1.0))
+    primed(model, params)
+    generic_swaps.clear()
+    with fcall.swap(params, model):
+        assert model[0].weight is params["0", "weight"]
+    assert generic_swaps == []
+
+
+def test_to_module_converts_plain_tensors_like_the_generic_path(generic_swaps):
+    model = chain()
+    model[0].weight.requires_grad_(False)
+    primed(model, params_of(model, 1.0))
+    generic_swaps.clear()
+    plain = params_of(model, 2.0, grad=False)
+    with fcall.to_module(plain, model):
+        weight, bias = model[0].weight, model[0].bias
+        assert isinstance(weight, nn.Parameter) and not weight.requires_grad
+        assert isinstance(bias, nn.Parameter) and bias.requires_grad
+        assert weight.data_ptr() == plain["0", "weight"].data_ptr()  # no copy
+    assert generic_swaps == []
+
+
+def test_a_failed_conversion_leaves_the_module_as_it_was(generic_swaps):
+    model = chain()
+    primed(model, params_of(model, 1.0))
+    before = state(model)
+    integers = params_of(model, 1.0, grad=False).apply(lambda t: t.long())
+    with pytest.raises(RuntimeError, match="Only Tensors of floating point"):
+        fcall.to_module(integers, model)
+    assert_same_state(model, before)
+
+
+def test_a_reassigned_buffer_is_written_back_into_the_params(generic_swaps):
+    model = Counter()
+    params = fcall.from_module(model).detach().clone()
+    primed(model, params)
+    generic_swaps.clear()
+    counted = params["count"]
+    with fcall.swap(params, model):
+        model(torch.ones(1, 2))
+    assert generic_swaps == []
+    assert params["count"] is not counted and params["count"].item() == counted.item() + 1
+    assert model.count.item() == 0
+
+
+def test_a_nested_exact_undo_puts_the_outer_values_back_on_exit(generic_swaps):
+    model = chain()
+    own = fcall.from_module(model)
+    params = params_of(model, 5.0)
+    primed(model, params)
+    with fcall.to_module(params, model) as old:
+        with fcall.to_module(old, model):
+            assert model[2].bias is own["2", "bias"]
+        assert model[2].bias is params["2", "bias"]
+    assert model[2].bias is own["2", "bias"]
+
+
+def mutations() -> dict:
+    def replace_submodule(m):
+        m[1] = nn.Linear(2, 2)
+
+    def register_parameter(m):
+        m[1].register_parameter("scale", nn.Parameter(torch.ones(2)))
+
+    def buffer_to_parameter(m):
+        m[1].register_buffer("extra", torch.ones(2))
+
+    def swap_a_name_for_another(m):  # sizes unchanged: caught on the read of the slot
+        del m[1].bias
+        m[1].register_parameter("gain", nn.Parameter(torch.ones(2)))
+
+    def replace_a_parameter_object(m):  # no structure change: the express still fits
+        m[1].weight = nn.Parameter(torch.zeros(2, 2))
+
+    return {f.__name__: f for f in (replace_submodule, register_parameter, buffer_to_parameter,
+                                     swap_a_name_for_another, replace_a_parameter_object)}
+
+
+@pytest.mark.parametrize("mutate", list(mutations()))
+def test_a_changed_module_tree_is_seen_by_the_express(generic_swaps, mutate):
+    model, fresh = chain(), chain()
+    params = params_of(model, 1.0)
+    primed(model, params)
+    mutations()[mutate](model)
+    mutations()[mutate](fresh)  # the same change on a module with no plan: the reference
+    for target in (fresh, model):
+        before = state(target)
+        try:
+            with fcall.swap(params, target):
+                assert target[1].weight is params["1", "weight"]
+                assert target[0].bias is params["0", "bias"]
+            outcome = None
+        except KeyError as error:
+            outcome = str(error).replace(type(target).__name__, "")
+        assert_same_state(target, before)
+        if target is fresh:
+            expected = outcome
+    assert outcome == expected
+
+
+def edits() -> dict:
+    return {
+        "an extra key": lambda p: p.set(("1", "nope"), torch.ones(2)),
+        "a key less": lambda p: p.del_(("1", "bias")),
+        "a node for a leaf": lambda p: p.set(("1", "bias"), TensorDict(x=torch.ones(2))),
+        "a leaf for a node": lambda p: p.set("1", torch.ones(2)),
+        "another key order": lambda p: p.set("0", p.get("0").select("bias", "weight")),
+        "a non-tensor value": lambda p: p.set_non_tensor(("1", "bias"), "text"),
+    }
+
+
+@pytest.mark.parametrize("edit", list(edits()))
+@pytest.mark.parametrize("api", ["swap", "to_module"])
+def test_a_changed_params_structure_takes_the_generic_path(generic_swaps, edit, api):
+    model = chain()
+    params = params_of(model, 1.0)
+    primed(model, params)
+    generic_swaps.clear()
+    edited = edits()[edit](params_of(model, 2.0))
+    before = state(model)
+    swap = fcall.swap if api == "swap" else fcall.to_module
+    try:
+        with swap(edited, model):
+            for key, value in edited.items(True, True):
+                if isinstance(value, torch.Tensor) and key != ("1", "nope"):
+                    assert model.get_submodule(key[0])._parameters[key[1]] is value
+    except (KeyError, TypeError) as error:
+        assert "The module was left unchanged" in str(error) or "not a tensor" in str(error)
+    assert_same_state(model, before)
+    assert len(generic_swaps) == 1  # the express declined, the generic path ran
+
+
+def test_a_structure_too_large_gets_no_express(monkeypatch):
+    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+    monkeypatch.setattr(_express, "_MAX_LEAVES", 4)
+    model = chain(3)  # 6 leaves
+    params = params_of(model, 1.0)
+    for _ in range(3):
+        with fcall.swap(params, model):
+            pass
+    assert _plan.current_express(model) is None
+
+
+def test_tied_names_get_no_express(monkeypatch):
+    from support import Tied
+
+    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+    model = Tied()
+    params = TensorDict({"emb": {"weight": torch.zeros(5, 3)}})  # the head follows
+    for _ in range(3):
+        with fcall.swap(params, model):
+            assert model.head.weight is params["emb", "weight"]
+    assert _plan.current_express(model) is None
+
+
+def test_the_express_does_not_keep_its_module_alive(generic_swaps):
+    model = Net()
+    primed(model, fcall.from_module(model).detach().clone())
+    alive, key = weakref.ref(model), id(model)
+    del model
+    gc.collect()
+    assert alive() is None and key not in _plan._CACHE
+
+
+def test_an_unknown_key_after_the_express_names_the_key(generic_swaps):
+    model = Net()
+    primed(model, fcall.from_module(model).detach().clone())
+    bad = fcall.from_module(model).detach().clone()
+    bad["lin", "wieght"] = bad["lin"].pop("weight")
+    before = state(model)
+    with pytest.raises(KeyError, match=re.escape("'lin.wieght' names no parameter or buffer")):
+        fcall.to_module(bad, model)
+    assert_same_state(model, before)
