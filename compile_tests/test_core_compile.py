@@ -18,6 +18,7 @@ from torch import nn
 from torch._dynamo.exc import BackendCompilerFailed, Unsupported
 
 import fcall
+from fcall import _express, _plan
 
 BACKENDS = ["eager", "aot_eager"]
 
@@ -629,6 +630,30 @@ def test_swaps_outside_a_compiled_model_do_not_recompile(counter):
             )
             assert_same_state(inner, before)
     assert cnt.frame_count == 1
+
+
+def test_the_eager_express_lane_beside_compiled_code(counter, monkeypatch):
+    # fcall/_express.py: eager swaps of a structure swapped often run generated code;
+    # a compiled model between them and a compiled swap of the same module see the
+    # same module state as with the generic path, and compile once.
+    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+    inner = Net().eval()
+    cnt, cnt_swap = counter("aot_eager"), counter("aot_eager")
+    model = torch.compile(inner, backend=cnt, fullgraph=True)
+    swap_and_call = torch.compile(api_swap, backend=cnt_swap, fullgraph=True)
+    before = state(inner)
+    x = torch.randn(2, 3)
+    for _ in range(3):
+        p = fresh(inner)
+        with fcall.swap(p, model):
+            torch.testing.assert_close(model(x), reference(inner, p, x))
+        with fcall.to_module(p, inner):
+            torch.testing.assert_close(model(x), reference(inner, p, x))
+        torch.testing.assert_close(swap_and_call(inner, p, x), reference(inner, p, x))
+        assert_same_state(inner, before)
+    assert _plan.current_express(model) is not None
+    assert _plan.current_express(inner) is not None
+    assert (cnt.frame_count, cnt_swap.frame_count) == (1, 1)
 
 
 # --- vmap -----------------------------------------------------------------------------------

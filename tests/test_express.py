@@ -162,8 +162,16 @@ def mutations() -> dict:
     def replace_a_parameter_object(m):  # no structure change: the express still fits
         m[1].weight = nn.Parameter(torch.zeros(2, 2))
 
-    return {f.__name__: f for f in (replace_submodule, register_parameter, buffer_to_parameter,
-                                     swap_a_name_for_another, replace_a_parameter_object)}
+    return {
+        f.__name__: f
+        for f in (
+            replace_submodule,
+            register_parameter,
+            buffer_to_parameter,
+            swap_a_name_for_another,
+            replace_a_parameter_object,
+        )
+    }
 
 
 @pytest.mark.parametrize("mutate", list(mutations()))

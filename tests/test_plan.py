@@ -6,7 +6,10 @@ import re
 
 import pytest
 import torch
-from support import flat
+from support import (
+    flat,
+    swap_lane,  # noqa: F401  (a fixture, used by pytestmark)
+)
 from tensordict import TensorDict
 from torch import nn
 
@@ -14,7 +17,7 @@ import fcall
 from fcall import _plan
 from fcall._flatten import OldValues
 
-# every test also runs with the express lane on (tests/conftest.py)
+# every test also runs with the express lane on (support.swap_lane)
 pytestmark = pytest.mark.usefixtures("swap_lane")
 
 
