@@ -101,6 +101,13 @@ def eager_swaps(model: nn.Module) -> dict[str, Callable[[], None]]:
     )
 
 
+def in_turn(peers: dict[str, Callable], round_: int) -> list[tuple[str, Callable]]:
+    """The peers in the order of ``round_``: reversed every other round, so that no peer
+    always runs right after the same one (caches, clock ramps)."""
+    order = list(peers.items())
+    return order[::-1] if round_ % 2 else order
+
+
 RATIOS = [(api, peer) for peer in ("torch.func", "floor") for api in FCALL_APIS]
 
 
@@ -108,8 +115,9 @@ def eager_table(
     sizes: list[int], rounds: int = 15
 ) -> tuple[dict[int, dict[str, float]], dict[int, dict[str, float]]]:
     """Per leaf, the median over ``rounds`` of each peer, the peers taking turns in each
-    round: load that comes and goes on a shared machine hits every peer alike. The ratios
-    are, like the compiled ones, the median over rounds of each round's ratio."""
+    round (``in_turn``): load that comes and goes on a shared machine hits every peer
+    alike. The ratios are, like the compiled ones, the median over rounds of each
+    round's ratio."""
     results, ratios = {}, {}
     for leaves in sizes:
         model = chain(leaves)
@@ -118,8 +126,8 @@ def eager_table(
         times: dict[str, list[float]] = {peer: [] for peer in swaps}
         for fn in swaps.values():
             fn()  # warm: builds and caches fcall's plan, like any repeated swap
-        for _ in range(rounds):
-            for peer, fn in swaps.items():
+        for round_ in range(rounds):
+            for peer, fn in in_turn(swaps, round_):
                 start = time.perf_counter()
                 for _ in range(number):
                     fn()
@@ -164,7 +172,7 @@ def _swap_and_call_peers(model: nn.Module) -> dict[str, Callable]:
 
 
 def compiled_calls(
-    sizes: list[int], backend: str, rounds: int = 21, compile_rounds: int = 3
+    sizes: list[int], backend: str, rounds: int = 31, compile_rounds: int = 3
 ) -> dict[int, dict[str, dict[str, float]]]:
     """First-compile time of each peer, then per-call times with the peers taking turns.
 
@@ -193,8 +201,8 @@ def compiled_calls(
         times: dict[str, list[float]] = {peer: [] for peer in compiled}
         least: dict[str, list[float]] = {peer: [] for peer in compiled}
         with torch.no_grad():
-            for _ in range(rounds):
-                for peer, fn in compiled.items():
+            for round_ in range(rounds):
+                for peer, fn in in_turn(compiled, round_):
                     batches = batch_seconds(lambda: fn(x, params[peer]), 10, repeat=3)
                     times[peer].append(statistics.median(batches))
                     least[peer].append(min(batches))

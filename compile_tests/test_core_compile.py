@@ -644,9 +644,9 @@ def test_the_eager_express_lane_beside_compiled_code(counter, monkeypatch):
     before = state(inner)
     x = torch.randn(2, 3)
     for _ in range(3):
-        p = fresh(inner)
-        with fcall.swap(p, model):
-            torch.testing.assert_close(model(x), reference(inner, p, x))
+        p, q = fresh(inner), fcall.from_module(Net().eval())  # q: Parameters, like the module's
+        with fcall.swap(q, model):
+            torch.testing.assert_close(model(x), reference(inner, q, x))
         with fcall.to_module(p, inner):
             torch.testing.assert_close(model(x), reference(inner, p, x))
         torch.testing.assert_close(swap_and_call(inner, p, x), reference(inner, p, x))

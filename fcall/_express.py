@@ -88,7 +88,8 @@ def _entries_of(params: Any) -> dict | None:
     """The root dict of an exact TensorDict or of a TensorDictParams' TensorDict; ``None``
     for anything else, and for a TensorDict that records an op (``to_module`` may undo it)."""
     if type(params) is not TensorDict:
-        if not isinstance(params, _TensorDictParamsBase):
+        # getattr, as _context.undone_by reads it: a TensorDictParams keeps it as its own
+        if not isinstance(params, _TensorDictParamsBase) or getattr(params, "_last_op", None):
             return None
         params = params._param_td
         if type(params) is not TensorDict:
@@ -107,7 +108,8 @@ def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
         if plan.offers < _OFFERS_BEFORE_BUILD:
             return
         plan.express = _build(plan, leaves.keys, leaves.signature) if _eligible(plan) else False
-    set_express(module, plan.express or None)
+    if plan.express:  # else the module keeps the express it has: each checks all it needs
+        set_express(module, plan.express)
 
 
 def _eligible(plan: Plan) -> bool:

@@ -145,6 +145,22 @@ def test_a_nested_exact_undo_puts_the_outer_values_back_on_exit(generic_swaps):
     assert model[2].bias is own["2", "bias"]
 
 
+def test_a_tensordictparams_swap_dest_swapped_back_is_an_exact_undo(generic_swaps):
+    model = chain()
+    params = params_of(model, 1.0)
+    primed(model, params)
+    before = state(model)
+    dest = fcall.TensorDictParams(params_of(model, 0.0))
+    fcall.to_module(params, model, swap_dest=dest)
+    # dest carries the swap's record (on the TensorDictParams, not on its TensorDict):
+    # the express leaves it to the generic path, whose exact undo is what restores
+    assert _express._entries_of(dest) is None
+    generic_swaps.clear()
+    fcall.to_module(dest, model)
+    assert generic_swaps == [dest]
+    assert_same_state(model, before)
+
+
 def mutations() -> dict:
     def replace_submodule(m):
         m[1] = nn.Linear(2, 2)
