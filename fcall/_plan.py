@@ -56,6 +56,7 @@ class Plan:
         "names_are_keys",
         "offers",
         "pairs",
+        "parameter_leaves",
         "rnns",
         "root_dicts",
         "tie_groups",
@@ -73,6 +74,8 @@ class Plan:
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
         # Derived once by finish(), for the hot loops:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
+        # leaf indexes of the parameter entries; None: every entry is a parameter
+        self.parameter_leaves: list[int] | None = None
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
@@ -89,6 +92,9 @@ class Plan:
         ``is_current`` compares (a plan built under Dynamo is never reused)."""
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
+        kinds = [entry[4] for entry in self.entries]
+        if kinds.count("p") != len(kinds):
+            self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
         self.traced = not cached
         if not cached:
             return self
