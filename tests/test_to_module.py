@@ -463,3 +463,21 @@ def test_use_state_dict_hook_renames_a_legacy_key():
         assert (m.lin.weight == 0).all() and (m.lin.bias == 1).all()
         assert old["lin", "weight"] is weight
     assert_same_state(m, before)
+
+
+def test_values_that_all_require_grad_go_in_as_they_are_and_none_is_kept():
+    # _engine._parameters_track_gradients: one pass over the parameter values; a None
+    # value (a slot such as bias=None) sends the swap to the per-leaf loop
+    m = nn.Linear(2, 2)
+    m.register_parameter("extra", None)
+    weight = torch.ones(2, 2, requires_grad=True)  # a plain tensor that tracks gradients
+    for params in ({"weight": weight}, {"weight": weight, "extra": None}):
+        before = state(m)
+        with fcall.to_module(params, m) as old:
+            assert m.weight is weight and m.extra is None
+            assert old["weight"] is before[0][3]
+        assert_same_state(m, before)
+    frozen = {"weight": torch.ones(2, 2), "bias": torch.zeros(2, requires_grad=True)}
+    with fcall.to_module(frozen, m):
+        assert isinstance(m.weight, nn.Parameter) and m.weight is not frozen["weight"]
+        assert m.bias is frozen["bias"]
