@@ -92,12 +92,12 @@ class Plan:
         ``is_current`` compares (a plan built under Dynamo is never reused)."""
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
-        kinds = [entry[4] for entry in self.entries]
-        if kinds.count("p") != len(kinds):
-            self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
         self.traced = not cached
         if not cached:
             return self
+        kinds = [entry[4] for entry in self.entries]  # eager only: _engine's deferred loop
+        if kinds.count("p") != len(kinds):
+            self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
         # One row per module on a key's path, plus the root if it owns a key: one
         # loop iteration per module, not one per dict and one per name.
         for modules, name, child in self.chain:
