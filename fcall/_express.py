@@ -6,28 +6,31 @@ as two generated functions, the plan's *express*, and makes it the module's:
 
 * ``swap_in(entries, preserve)`` checks, before writing anything, that the params
   TensorDict has exactly the plan's nodes and keys in their order (one
-  ``list(d) != keys`` per node), that every leaf is a ``Tensor`` or a
+  ``list(d) != keys`` per node; one for a flat dict), that every leaf is a ``Tensor`` or a
   ``Parameter``, that every submodule on a key's path is the same object with as
   many parameters and buffers as when the plan was built (``Plan.is_current``,
   unrolled), and reads every old value (a name gone from its dict is a
-  ``KeyError``); then converts (``to_module``'s ``preserve_module_state``, only
-  when some value for a parameter does not require grad) and writes. At the
-  first mismatch it returns ``None`` with the module untouched, and the generic
-  path runs, with its own checks and error messages.
+  ``KeyError``); then converts (``to_module``'s ``preserve_module_state``, only when
+  some value for a parameter does not require grad) and writes. At the first
+  mismatch it returns ``None`` with the module untouched, and the generic path runs,
+  with its own checks and error messages.
 * ``put_back(old, new)`` restores if every slot still holds what the swap put
   there; otherwise the generic restore runs (it also writes a buffer that
   ``forward`` reassigned back into the params).
 
 Unrolled, a leaf costs a subscript on its params node, one on its slot dict and a
-write, with the dicts as the functions' globals and the names as constants: no
-loop bytecode, no tuple unpacking, no signature to build and hash. Eager swap and
-restore take 0.65-0.7x the generic path's time at 10-100 leaves, 0.85-0.9x at
-1,000. Compiling the source costs what 300-600 swaps save, and grows faster than
-the plan, hence the threshold and ``_MAX_LEAVES``.
+write, with the dicts as the functions' globals and the names as constants: no loop
+bytecode, no tuple unpacking, no signature to build and hash. Eager swap and restore
+take 0.65-0.7x the generic path's time at 10-100 leaves, 0.85-0.9x at 1,000 (a flat
+dict: 0.3-0.4x; its generic walk splits every key). Compiling the source costs what
+300-600 swaps save, and grows faster than the plan, hence the threshold and
+``_MAX_LEAVES``.
 
-Only the plain case gets an express: eager, a TensorDict (or TensorDictParams)
-of tensors, no tied names, no plain-attribute slots, no FSDP2 or DDP, no RNN,
-``tie_weights=True`` and ``strict=False`` (the defaults of every API).
+Only the plain case gets an express: eager, a TensorDict (or TensorDictParams) of
+tensors or a flat dict of tensors with string keys (``"0.weight"``, as
+``torch.func.functional_call`` takes), no tied names, no plain-attribute slots, no
+FSDP2 or DDP, no RNN, ``tie_weights=True`` and ``strict=False`` (the defaults of
+every API).
 """
 
 from __future__ import annotations
@@ -85,9 +88,13 @@ def swap(params: Any, module: torch.nn.Module, api: str, mode: str) -> Swap | No
 
 
 def _entries_of(params: Any) -> dict | None:
-    """The root dict of an exact TensorDict or of a TensorDictParams' TensorDict; ``None``
-    for anything else, and for a TensorDict that records an op (``to_module`` may undo it)."""
-    if type(params) is not TensorDict:
+    """The root dict of an exact TensorDict, of a TensorDictParams' TensorDict, or a plain
+    dict itself; ``None`` for anything else, and for a TensorDict that records an op
+    (``to_module`` may undo it)."""
+    cls = type(params)
+    if cls is dict:
+        return params
+    if cls is not TensorDict:
         # getattr, as _context.undone_by reads it: a TensorDictParams keeps it as its own
         if not isinstance(params, _TensorDictParamsBase) or getattr(params, "_last_op", None):
             return None
@@ -98,16 +105,29 @@ def _entries_of(params: Any) -> dict | None:
     return None if attributes.get("_last_op") else attributes["_tensordict"]
 
 
+def _flat_keys(params: Any) -> list[str] | None:
+    """The keys of a dict of tensors with string keys (dotted or not), else ``None``:
+    the one kind of dict the express takes (``list(d) != keys`` then checks it whole)."""
+    if type(params) is not dict:
+        return None
+    if all(type(key) is str for key in params) and all(map(_IS_LEAF, map(type, params.values()))):
+        return list(params)
+    return None
+
+
 def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
     """After a generic eager swap with the default flags: ``plan``'s express, built at
     its ``_OFFERS_BEFORE_BUILD``-th offer, becomes the module's."""
-    if plan.traced or _entries_of(leaves.params) is None:
+    params = leaves.params
+    if plan.traced or _entries_of(params) is None:
         return
+    if type(params) is dict and _flat_keys(params) is None:
+        return  # a nested dict, or values of other types: the generic path only
     if plan.express is None:
         plan.offers += 1
         if plan.offers < _OFFERS_BEFORE_BUILD:
             return
-        plan.express = _build(plan, leaves.keys, leaves.signature) if _eligible(plan) else False
+        plan.express = _build(plan, leaves) if _eligible(plan) else False
     if plan.express:  # else the module keeps the express it has: each checks all it needs
         set_express(module, plan.express)
 
@@ -124,22 +144,23 @@ def _eligible(plan: Plan) -> bool:
     )
 
 
-def _build(plan: Plan, keys: list, signature: Any) -> Express:
+def _build(plan: Plan, leaves: Leaves) -> Express:
     if plan.layout is None:
-        plan.layout = layout_of(keys)
-    source, constants = _Source(plan, plan.layout).write()
+        plan.layout = layout_of(leaves.keys)
+    source, constants = _Source(plan, plan.layout, _flat_keys(leaves.params)).write()
     namespace = {"__builtins__": __builtins__, **constants}  # the constants are its globals
     exec(compile(source, f"<fcall express, {plan.given} leaves>", "exec"), namespace)
-    return Express(plan, signature, (namespace["swap_in"], namespace["put_back"]))
+    return Express(plan, leaves.signature, (namespace["swap_in"], namespace["put_back"]))
 
 
 class _Source:
     """Python source of ``swap_in`` and ``put_back`` for one plan, and the objects it
     names (its globals: a dict is one specialised ``LOAD_GLOBAL`` away)."""
 
-    def __init__(self, plan: Plan, layout: Layout) -> None:
+    def __init__(self, plan: Plan, layout: Layout, flat_keys: list[str] | None) -> None:
         self.plan = plan
-        self.layout = layout
+        self.layout = layout  # of the params TensorDict's nodes
+        self.flat_keys = flat_keys  # or, for a flat dict, its keys
         self.constants: dict[str, Any] = {
             "TD": TensorDict,
             "IS_LEAF": _IS_LEAF,
@@ -157,8 +178,11 @@ class _Source:
     def write(self) -> tuple[str, dict[str, Any]]:
         return "\n".join([*self._swap_in(), *self._put_back(), ""]), self.constants
 
-    def _node_reads(self) -> tuple[list[str], list[str]]:
-        """Lines that bind and check every params node dict, and each leaf's read."""
+    def _node_reads(self) -> tuple[list[str], str]:
+        """Lines that bind and check every params node dict, and the values' expression."""
+        if self.flat_keys is not None:  # one node, and its values are the leaves
+            keys = self.constant(self.flat_keys, "K")
+            return [f"        if list(d0) != {keys}: return None"], "list(d0.values())"
         lines: list[str] = []
         leaf_reads = [""] * self.plan.given
         pending = [(len(self.layout) - 1, "d0")]  # the layout is post-order: root last
@@ -179,18 +203,18 @@ class _Source:
                 lines.append(f"        {child} = {child}._tensordict")
                 children.append((at, child))
             pending.extend(reversed(children))
-        return lines, leaf_reads
+        return lines, f"[{', '.join(leaf_reads)}]"
 
     def _slots(self) -> list[str]:
         return [f"{self.constant(slot, 'S')}[{name!r}]" for slot, name in self.plan.pairs]
 
     def _swap_in(self) -> list[str]:
         plan = self.plan
-        node_lines, leaf_reads = self._node_reads()
+        node_lines, read_values = self._node_reads()
         values = _unpack("v", plan.given)
         slots = self._slots()
         lines = ["def swap_in(d0, preserve):", "    try:", *node_lines]
-        lines.append(f"        values = [{', '.join(leaf_reads)}]")
+        lines.append(f"        values = {read_values}")
         lines.append("        if not all(map(IS_LEAF, map(type, values))): return None")
         lines += self._module_checks()
         lines.append(f"        old = [{', '.join(slots)}]")

@@ -244,6 +244,48 @@ def test_a_changed_params_structure_takes_the_generic_path(generic_swaps, edit, 
     assert len(generic_swaps) == 1  # the express declined, the generic path ran
 
 
+def without(flat: dict, name: str) -> dict:
+    return {key: value for key, value in flat.items() if key != name}
+
+
+def flat_edits() -> dict:
+    return {
+        "an extra key": lambda d: {**d, "1.nope": torch.ones(2)},
+        "a key less": lambda d: without(d, "1.bias"),
+        "another key order": lambda d: dict(reversed(d.items())),
+        "a nested dict": lambda d: {**without(d, "1.bias"), "1": {"bias": d["1.bias"]}},
+        "a non-tensor value": lambda d: {**d, "1.bias": "text"},
+        "a tuple key": lambda d: {**without(d, "1.bias"), ("1", "bias"): d["1.bias"]},
+    }
+
+
+@pytest.mark.parametrize("edit", list(flat_edits()))
+@pytest.mark.parametrize("api", ["swap", "to_module"])
+def test_a_flat_dict_takes_the_express_until_its_keys_change(generic_swaps, edit, api):
+    model = chain()
+    swap = fcall.swap if api == "swap" else fcall.to_module
+    flat = {name: nn.Parameter(torch.full_like(t, 1.0)) for name, t in model.named_parameters()}
+    for _ in range(2):
+        with swap(flat, model):
+            pass
+    generic_swaps.clear()
+    with swap(dict(flat), model):  # a new dict, the same keys: the express
+        assert model[2].weight is flat["2.weight"]
+    assert generic_swaps == []
+    edited = flat_edits()[edit](dict(flat))
+    before = state(model)
+    try:
+        with swap(edited, model):
+            for key, value in edited.items():
+                name = ".".join(key) if isinstance(key, tuple) else key
+                if isinstance(value, torch.Tensor):
+                    assert model.get_parameter(name) is value
+    except (KeyError, TypeError) as error:
+        assert "The module was left unchanged" in str(error)
+    assert_same_state(model, before)
+    assert len(generic_swaps) == 1  # the express declined, the generic path ran
+
+
 def test_a_structure_too_large_gets_no_express(monkeypatch):
     monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
     monkeypatch.setattr(_express, "_MAX_LEAVES", 4)
