@@ -21,10 +21,10 @@ as two generated functions, the plan's *express*, and makes it the module's:
 Unrolled, a leaf costs a subscript on its params node, one on its slot dict and a
 write, with the dicts as the functions' globals and the names as constants: no loop
 bytecode, no tuple unpacking, no signature to build and hash. Eager swap and restore
-take 0.65-0.7x the generic path's time at 10-100 leaves, 0.85-0.9x at 1,000 (a flat
-dict: 0.3-0.4x; its generic walk splits every key). Compiling the source costs what
-300-600 swaps save, and grows faster than the plan, hence the threshold and
-``_MAX_LEAVES``.
+take 0.6-0.7x the generic path's time at 10-100 leaves, 0.85-0.9x at 1,000 (a flat
+dict: 0.25-0.4x up to 10,000 leaves; its generic walk splits every key). Compiling
+the source takes what 250 generic swaps take (70 with a flat dict) and grows faster
+than the plan, hence the threshold and the size limits below.
 
 Only the plain case gets an express: eager, a TensorDict (or TensorDictParams) of
 tensors or a flat dict of tensors with string keys (``"0.weight"``, as
@@ -48,11 +48,15 @@ from ._flatten import Layout, Leaves, layout_of
 from ._plan import Plan, current_express, set_express
 
 _IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
-# Compiling the source costs about what 300-600 swaps save: only a structure swapped
-# often gets an express, and only up to a size past which the unrolled code runs
-# little faster than the loops and compiles ever slower (1.7 s at 10,000 leaves).
-_OFFERS_BEFORE_BUILD = 32
+# Building an express costs about what 250 generic swaps of its plan cost (nested
+# TensorDict; ~70 for a flat dict), so it is built after that many (ski rental: a
+# structure swapped a few times never pays for code, and one swapped often pays at most
+# twice). Nested, the unrolled code loses its lead past ~1,000 leaves (1.5x slower at
+# 10,000, with 1 s to compile); a flat dict, with no code per node, keeps it to 10,000
+# leaves and more (benchmarks/express_lane.py).
+_OFFERS_BEFORE_BUILD = 256
 _MAX_LEAVES = 1024
+_MAX_FLAT_LEAVES = 10_000
 
 
 class Express:
@@ -121,18 +125,20 @@ def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
     params = leaves.params
     if plan.traced or _entries_of(params) is None:
         return
-    if type(params) is dict and _flat_keys(params) is None:
+    flat_keys = _flat_keys(params)
+    if type(params) is dict and flat_keys is None:
         return  # a nested dict, or values of other types: the generic path only
     if plan.express is None:
         plan.offers += 1
         if plan.offers < _OFFERS_BEFORE_BUILD:
             return
-        plan.express = _build(plan, leaves) if _eligible(plan) else False
+        eligible = _eligible(plan, _MAX_LEAVES if flat_keys is None else _MAX_FLAT_LEAVES)
+        plan.express = _build(plan, leaves, flat_keys) if eligible else False
     if plan.express:  # else the module keeps the express it has: each checks all it needs
         set_express(module, plan.express)
 
 
-def _eligible(plan: Plan) -> bool:
+def _eligible(plan: Plan, max_leaves: int) -> bool:
     return (
         not plan.traced
         and plan.direct
@@ -140,14 +146,14 @@ def _eligible(plan: Plan) -> bool:
         and not plan.tie_groups
         and not plan.rnns
         and plan.distributed in (None, "")
-        and 0 < plan.given <= _MAX_LEAVES
+        and 0 < plan.given <= max_leaves
     )
 
 
-def _build(plan: Plan, leaves: Leaves) -> Express:
+def _build(plan: Plan, leaves: Leaves, flat_keys: list[str] | None) -> Express:
     if plan.layout is None:
         plan.layout = layout_of(leaves.keys)
-    source, constants = _Source(plan, plan.layout, _flat_keys(leaves.params)).write()
+    source, constants = _Source(plan, plan.layout, flat_keys).write()
     namespace = {"__builtins__": __builtins__, **constants}  # the constants are its globals
     exec(compile(source, f"<fcall express, {plan.given} leaves>", "exec"), namespace)
     return Express(plan, leaves.signature, (namespace["swap_in"], namespace["put_back"]))

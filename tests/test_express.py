@@ -49,7 +49,7 @@ def primed(module: nn.Module, params: TensorDict) -> None:
     assert _plan.current_express(module) is not None
 
 
-def test_default_an_express_comes_with_the_32nd_swap_and_is_used():
+def test_by_default_an_express_comes_with_the_256th_swap():
     model, params = chain(), params_of(chain(), 1.0)
     for _ in range(_express._OFFERS_BEFORE_BUILD - 1):
         with fcall.swap(params, model):
@@ -286,15 +286,19 @@ def test_a_flat_dict_takes_the_express_until_its_keys_change(generic_swaps, edit
     assert len(generic_swaps) == 1  # the express declined, the generic path ran
 
 
-def test_a_structure_too_large_gets_no_express(monkeypatch):
+def test_a_structure_too_large_gets_no_express_nested_sooner_than_flat(monkeypatch):
     monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
     monkeypatch.setattr(_express, "_MAX_LEAVES", 4)
-    model = chain(3)  # 6 leaves
-    params = params_of(model, 1.0)
-    for _ in range(3):
-        with fcall.swap(params, model):
-            pass
-    assert _plan.current_express(model) is None
+    monkeypatch.setattr(_express, "_MAX_FLAT_LEAVES", 6)
+    for leaves, flat, built in [(6, False, False), (6, True, True), (8, True, False)]:
+        model = chain(leaves // 2)
+        params = params_of(model, 1.0)
+        if flat:
+            params = {".".join(key): value for key, value in params.items(True, True)}
+        for _ in range(3):
+            with fcall.swap(params, model):
+                pass
+        assert (_plan.current_express(model) is not None) == built, (leaves, flat)
 
 
 def test_tied_names_get_no_express(monkeypatch):
