@@ -125,17 +125,27 @@ def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
     params = leaves.params
     if plan.traced or _entries_of(params) is None:
         return
-    flat_keys = _flat_keys(params)
-    if type(params) is dict and flat_keys is None:
-        return  # a nested dict, or values of other types: the generic path only
     if plan.express is None:
+        flat_keys = _flat_keys(params)
+        if type(params) is dict and flat_keys is None:
+            return  # a nested dict, or values of other types: the generic path only
         plan.offers += 1
         if plan.offers < _OFFERS_BEFORE_BUILD:
             return
-        eligible = _eligible(plan, _MAX_LEAVES if flat_keys is None else _MAX_FLAT_LEAVES)
-        plan.express = _build(plan, leaves, flat_keys) if eligible else False
+        plan.express = _built_or_false(plan, leaves, flat_keys)
     if plan.express:  # else the module keeps the express it has: each checks all it needs
         set_express(module, plan.express)
+
+
+def _built_or_false(plan: Plan, leaves: Leaves, flat_keys: list[str] | None) -> Express | bool:
+    if not _eligible(plan, _MAX_LEAVES if flat_keys is None else _MAX_FLAT_LEAVES):
+        return False
+    try:
+        return _build(plan, leaves, flat_keys)
+    except (SyntaxError, RecursionError, MemoryError):
+        # CPython refused the source (its limits on nesting and size): the swap that
+        # offered the plan has been made, and must not fail for want of a faster lane
+        return False
 
 
 def _eligible(plan: Plan, max_leaves: int) -> bool:

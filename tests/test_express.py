@@ -331,3 +331,18 @@ def test_an_unknown_key_after_the_express_names_the_key(generic_swaps):
     with pytest.raises(KeyError, match=re.escape("'lin.wieght' names no parameter or buffer")):
         fcall.to_module(bad, model)
     assert_same_state(model, before)
+
+
+def test_a_source_cpython_refuses_leaves_the_swap_made_and_the_generic_path(monkeypatch):
+    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+
+    def refuse(*args):
+        raise RecursionError("maximum recursion depth exceeded during compilation")
+
+    monkeypatch.setattr(_express, "_build", refuse)
+    model = chain()
+    params = params_of(model, 1.0)
+    for _ in range(3):
+        with fcall.swap(params, model):
+            assert model[1].weight is params["1", "weight"]
+    assert _plan.current_express(model) is None
