@@ -21,8 +21,8 @@ as two generated functions, the plan's *express*, and makes it the module's:
 Unrolled, a leaf costs a subscript on its params node, one on its slot dict and a
 write, with the dicts as the functions' globals and the names as constants: no loop
 bytecode, no tuple unpacking, no signature to build and hash. Eager swap and restore
-take 0.6-0.7x the generic path's time at 10-100 leaves, 0.85-0.9x at 1,000 (a flat
-dict: 0.25-0.4x up to 10,000 leaves; its generic walk splits every key). Compiling
+take 0.6-0.7x the generic path's time at 10-500 leaves (a flat dict: 0.25-0.5x up
+to 10,000 leaves; its generic walk splits every key). Compiling
 the source takes what 250 generic swaps take (70 with a flat dict) and grows faster
 than the plan, hence the threshold and the size limits below.
 
@@ -51,11 +51,11 @@ _IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
 # Building an express costs about what 250 generic swaps of its plan cost (nested
 # TensorDict; ~70 for a flat dict), so it is built after that many (ski rental: a
 # structure swapped a few times never pays for code, and one swapped often pays at most
-# twice). Nested, the unrolled code loses its lead past ~1,000 leaves (1.5x slower at
-# 10,000, with 1 s to compile); a flat dict, with no code per node, keeps it to 10,000
-# leaves and more (benchmarks/express_lane.py).
+# twice). Nested, the unrolled code loses its lead as it grows (0.7x the generic time
+# up to 500 leaves, 0.8x at 700, 0.85-0.95x at 1,000, 1.4-1.6x slower at 10,000); a flat
+# dict, with no code per node, keeps it to 10,000 leaves (benchmarks/express_lane.py).
 _OFFERS_BEFORE_BUILD = 256
-_MAX_LEAVES = 1024
+_MAX_LEAVES = 512
 _MAX_FLAT_LEAVES = 10_000
 
 
