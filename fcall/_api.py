@@ -119,7 +119,7 @@ def _to_module(
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
     if mode == PRESERVE and swap_dest is None:
-        swap = _express.swap(params, module, api, mode)
+        swap = _express.try_swap(params, module, api, mode)
         if swap is not None:
             return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
@@ -275,7 +275,7 @@ def _swap_in(
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
     if tie_weights and not strict:  # the flags an express is built for
-        swapped = _express.swap(params, module, api, AS_IS)
+        swapped = _express.try_swap(params, module, api, AS_IS)
         if swapped is not None:
             return swapped, swapped.leaves
     return _retried_if_stale(module, _swap_in_once, params, module, api, strict, tie_weights)

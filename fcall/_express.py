@@ -70,7 +70,7 @@ class Express:
         self.swap_in, self.put_back = functions
 
 
-def swap(params: Any, module: torch.nn.Module, api: str, mode: str) -> Swap | None:
+def try_swap(params: Any, module: torch.nn.Module, api: str, mode: str) -> Swap | None:
     """``params`` swapped into ``module`` by the module's express, or ``None`` (nothing
     written: the generic path runs). Eager only; ``mode`` is ``AS_IS`` or ``PRESERVE``."""
     if torch.compiler.is_compiling():
