@@ -138,10 +138,10 @@ def _to_module(
         commit(swap)
         if mode == PRESERVE:
             _express.offer(module, plan, leaves)
-        out = _old_tensordict(plan, leaves, swap.old_given()) if return_swap else None
-    else:  # swap_dest is written first: a failure there leaves the module untouched
-        out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
-        commit(swap)
+        return _attached_old_values(swap, module) if return_swap else None
+    # swap_dest is written first: a failure there leaves the module untouched
+    out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
+    commit(swap)
     if out is not None:  # OldValues or swap_dest
         attach(out, swap, module)
     return out
@@ -363,7 +363,8 @@ def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> Tens
 
 
 def _attached_old_values(swap: Swap, module: nn.Module) -> TensorDict:
-    out = _old_tensordict(swap.plan, swap.leaves, swap.old)
+    """The old values of a swap already made, as a TensorDict that restores it in ``with``."""
+    out = _old_tensordict(swap.plan, swap.leaves, swap.old_given())
     attach(out, swap, module)
     return out
 

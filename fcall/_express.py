@@ -149,9 +149,8 @@ def _built_or_false(plan: Plan, leaves: Leaves, flat_keys: list[str] | None) -> 
 
 
 def _eligible(plan: Plan, max_leaves: int) -> bool:
-    return (
-        not plan.traced
-        and plan.direct
+    return (  # plan.traced: offer() never gets that far
+        plan.direct
         and not plan.has_attributes
         and not plan.tie_groups
         and not plan.rnns
