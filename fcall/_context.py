@@ -14,10 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import tensordict.base as _td_base
 from tensordict import TensorDictBase
-from tensordict._contextlib import LAST_OP_MAPS
 
+from ._compat import register_exit_op
 from ._engine import PRESERVE, REPLACE, Swap, reapply, restore
 
 OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
@@ -82,6 +81,5 @@ def _record(out: Any, op_name: str, args: tuple) -> None:
     out.clear_refs_for_compile_ = _keep_refs
 
 
-LAST_OP_MAPS[OP_NAME] = _restore_on_exit
-LAST_OP_MAPS[REDO_OP_NAME] = _reapply_on_exit
-_td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {OP_NAME, REDO_OP_NAME})
+register_exit_op(OP_NAME, _restore_on_exit)
+register_exit_op(REDO_OP_NAME, _reapply_on_exit)

@@ -19,13 +19,13 @@ from __future__ import annotations
 import collections
 from typing import Any
 
-import tensordict.base as _td_base
 import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from . import _errors
+from ._compat import undone_on_error
 
 Key = tuple[str, ...]
 Holder = tuple[Any, Any]  # (innermost container, key inside it)
@@ -315,7 +315,7 @@ class OldValues(TensorDict):
         last_op = queue[-1] if queue else None
         if (
             last_op is None
-            or last_op[0] not in _td_base._UNDO_ON_ERROR_OPS
+            or not undone_on_error(last_op[0])
             or torch.compiler.is_compiling()
         ):
             return super().__exit__(exc_type, exc, traceback)

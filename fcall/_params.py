@@ -29,10 +29,11 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from tensordict.base import _is_tensor_collection
 from tensordict.nn import TensorDictParams as _TDParamsBase
-from tensordict.utils import _BufferLegacy
 from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.parameter import Buffer
+
+from ._compat import BufferLegacy
 
 __all__ = ["TensorDictParams"]
 
@@ -42,7 +43,7 @@ _MISSING = object()
 
 def _is_registered(value: Any) -> bool:
     # isinstance only: `type(p)` on a Parameter built in the graph crashes Dynamo.
-    return isinstance(value, (nn.Parameter, Buffer, _BufferLegacy))
+    return isinstance(value, (nn.Parameter, Buffer, BufferLegacy))
 
 
 def _convert_leaf(value: Any, no_convert: bool) -> Any:

@@ -1,0 +1,76 @@
+"""What differs between the torch and tensordict releases fcall supports.
+
+Supported: torch 2.12-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
+matrix). Every difference the package depends on lives here, each with the
+versions it names, so that the rest of fcall is written against one behaviour:
+tensordict 0.15.3's.
+
+* ``register_exit_op``: tensordict >= 0.15 undoes the ops named in
+  ``tensordict.base._UNDO_ON_ERROR_OPS`` when a ``with`` block raises
+  (``to_module`` restores the module). tensordict 0.14.3 has no such set: its
+  ``TensorDictBase.__exit__`` returns ``False`` on an exception without undoing
+  anything (and leaves the op on the queue). On 0.14.x fcall wraps ``__exit__``
+  so that fcall's own ops, and only those, are undone as on 0.15; tensordict's
+  own ops keep 0.14's behaviour.
+* ``BufferLegacy``: the buffer class that keeps the autograd history of the tensor it
+  marks, ``tensordict.utils._BufferLegacy`` in 0.15, ``tensordict.utils.BufferLegacy``
+  in 0.14.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import tensordict.base as _td_base
+from tensordict import TensorDictBase
+from tensordict._contextlib import LAST_OP_MAPS
+
+__all__ = ["BufferLegacy", "register_exit_op", "undone_on_error"]
+
+try:  # tensordict >= 0.15
+    from tensordict.utils import _BufferLegacy as BufferLegacy
+except ImportError:  # tensordict 0.14.x
+    from tensordict.utils import BufferLegacy  # type: ignore[attr-defined,no-redef]
+
+# tensordict >= 0.15: the ops that TensorDict.__exit__ undoes when the block raises.
+_TD_UNDOES_ON_ERROR = hasattr(_td_base, "_UNDO_ON_ERROR_OPS")
+_FCALL_OPS: set[str] = set()
+
+
+def register_exit_op(name: str, inverse: Callable[[Any, tuple, dict, Any], Any]) -> None:
+    """Make ``name`` a ``_last_op`` that a TensorDict's ``__exit__`` undoes with
+    ``inverse``, when the block ends and when it raises, on every tensordict."""
+    LAST_OP_MAPS[name] = inverse
+    _FCALL_OPS.add(name)
+    if _TD_UNDOES_ON_ERROR:
+        _td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {name})
+    elif not getattr(TensorDictBase.__exit__, "_fcall_undoes_on_error", False):
+        TensorDictBase.__exit__ = _undoing_on_error(TensorDictBase.__exit__)
+
+
+def undone_on_error(op_name: str) -> bool:
+    """Whether ``TensorDict.__exit__`` undoes the op ``op_name`` when the block raises."""
+    if _TD_UNDOES_ON_ERROR:
+        return op_name in _td_base._UNDO_ON_ERROR_OPS
+    return op_name in _FCALL_OPS
+
+
+def _undoing_on_error(original_exit: Callable[..., Any]) -> Callable[..., Any]:
+    """tensordict 0.14.x: ``__exit__`` that also undoes fcall's ops when the block raises
+    (tensordict 0.15's ``__exit__``, for fcall's op names only)."""
+
+    def __exit__(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
+        if exc_type is not None and issubclass(exc_type, Exception):
+            queue = self.__dict__.get("_last_op_queue")
+            last_op = queue[-1] if queue else None
+            if last_op is not None and last_op[0] in _FCALL_OPS:
+                queue.pop()
+                name, (args, kwargs, previous) = last_op
+                LAST_OP_MAPS[name](self, args, kwargs, previous())
+                return False
+        return original_exit(self, exc_type, exc_val, exc_tb)
+
+    __exit__._fcall_undoes_on_error = True  # type: ignore[attr-defined]
+    __exit__.__wrapped__ = original_exit  # type: ignore[attr-defined]
+    return __exit__

@@ -1,0 +1,41 @@
+"""The version matrix: one session per (torch, tensordict) stack, each in its own venv.
+
+Every session installs fcall with its stack's exact pins (``constraints/``) and runs the
+test command of README.md (``python -m pytest -q``). List them with ``nox -l``; run one with
+``nox -s "tests(stack='torch2.14.1-td0.15.3')"``. The default stack is the one README.md and
+``constraints-ci.txt`` install. Stacks whose torch is not on the CI machines' disk (2.12.1,
+2.15.0) come from the package index: ``PIP_CONFIG_FILE=/dev/null`` lifts the local torch cap.
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = False
+
+# stack name -> (constraints file, extra packages, torch from the package index)
+STACKS = {
+    "default": ("constraints-ci.txt", (), False),
+    "torch2.14.1-td0.15.3": ("constraints/torch2.14.1-td0.15.3.txt", (), False),
+    "torch2.15.0-td0.15.3": ("constraints/torch2.15.0-td0.15.3.txt", (), True),
+    "torch2.12.1-td0.15.3": ("constraints/torch2.12.1-td0.15.3.txt", (), True),
+    "torch2.13.0-td0.14.3-torchrl0.14.1": (
+        "constraints/torch2.13.0-td0.14.3-torchrl0.14.1.txt",
+        ("torchrl",),
+        False,
+    ),
+}
+
+
+@nox.session(python="3.11")
+@nox.parametrize("stack", list(STACKS))
+def tests(session: nox.Session, stack: str) -> None:
+    """The whole suite on one stack."""
+    constraints, extras, from_index = STACKS[stack]
+    env = {"PIP_CONFIG_FILE": "/dev/null"} if from_index else {}
+    session.install("-q", "-c", constraints, "-e", ".[test]", *extras, env=env)
+    session.run(
+        "python", "-c", "import torch, tensordict; print(torch.__version__, tensordict.__version__)"
+    )
+    session.run("python", "-m", "pytest", "-q", *session.posargs)
