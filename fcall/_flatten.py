@@ -313,11 +313,7 @@ class OldValues(TensorDict):
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
         queue = self.__dict__.get("_last_op_queue")
         last_op = queue[-1] if queue else None
-        if (
-            last_op is None
-            or not undone_on_error(last_op[0])
-            or torch.compiler.is_compiling()
-        ):
+        if last_op is None or not undone_on_error(last_op[0]) or torch.compiler.is_compiling():
             return super().__exit__(exc_type, exc, traceback)
         # An op undone on exit whether or not the block raised (fcall's to_module):
         # TensorDict.__exit__ calls its inverse in both cases too.
