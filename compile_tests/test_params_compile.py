@@ -221,3 +221,28 @@ def test_inductor_read_and_lerp():
     expected = (target._param_td["a"].detach() + online._param_td["a"].detach()) / 2 * x
     torch.testing.assert_close(fn(target, online, x), expected)
     assert cnt.frame_count == 1
+
+
+def test_from_module_as_module_copy_of_a_batchnorm_net_swaps_in_one_graph():
+    import fcall
+
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2)).train()
+
+    def step(p, x):
+        with fcall.swap(p, net):
+            return net(x)
+
+    fn, cnt = _compiled(step, "aot_eager")
+    x = torch.randn(8, 3)
+    p = fcall.from_module(net, as_module=True).clone()
+    twin = fcall.from_module(net, as_module=True).clone()
+    out = fn(p, x)
+    out.sum().backward()  # the running stats are buffers: BatchNorm is differentiable here
+    torch.testing.assert_close(
+        out, torch.func.functional_call(net, dict(twin.flatten_keys(".").items()), (x,))
+    )
+    torch.testing.assert_close(p["1", "running_mean"], twin["1", "running_mean"])
+    with torch.compiler.set_stance("fail_on_recompile"):
+        fn(fcall.from_module(net, as_module=True).clone(), x)  # a new set, same metadata
+    assert cnt.frame_count == 1 and p["0", "weight"].grad is not None

@@ -58,6 +58,12 @@ def _as_key(index: Any) -> tuple[str, ...] | None:
     return None
 
 
+def _marked_data(t: Any) -> Any:
+    if isinstance(t, nn.Parameter) or not isinstance(t, torch.Tensor):
+        return t.data
+    return Buffer(t.data)
+
+
 def _refresh_schema(td: TensorDictBase) -> None:
     # A locked TensorDict caches its key set; a write that bypasses the lock must refresh it.
     td._erase_cache()
@@ -522,24 +528,50 @@ class TensorDictParams(_TDParamsBase):
         out._get_post_hook.extend(self._get_post_hook)
         return out
 
-    def _clone(self, recurse: bool = True) -> TensorDictParams:  # type: ignore[override]
-        if not recurse:
-            return self._new_like(self._param_td.copy())
+    def _copy_leaves(self, param: Callable, buffer: Callable) -> TensorDictParams:
+        """Each Parameter through ``param``, each buffer through ``buffer``, tied ones once."""
         memo: dict[int, torch.Tensor] = {}
 
-        def clone(t: Any) -> Any:
+        def copy_leaf(t: Any) -> Any:
             if not isinstance(t, torch.Tensor):
                 return t
             out = memo.get(id(t))
             if out is None:
-                if isinstance(t, nn.Parameter):
-                    out = nn.Parameter(t.data.clone(), requires_grad=t.requires_grad)
-                else:
-                    out = Buffer(t.data.clone())
+                out = param(t) if isinstance(t, nn.Parameter) else buffer(t)
                 memo[id(t)] = out
             return out
 
-        return self._new_like(self._param_td.apply(clone))
+        return self._new_like(self._param_td.apply(copy_leaf))
+
+    def _clone(self, recurse: bool = True) -> TensorDictParams:  # type: ignore[override]
+        if not recurse:
+            return self._new_like(self._param_td.copy())
+        return self._copy_leaves(
+            lambda t: nn.Parameter(t.data.clone(), requires_grad=t.requires_grad),
+            lambda t: Buffer(t.data.clone()),
+        )
+
+    def detach(self) -> TensorDictParams:  # type: ignore[override]
+        """A TensorDictParams of detached leaves (shared storage), registered as here.
+
+        Parameters stay Parameters (``requires_grad=False``), buffers stay buffers, so
+        ``p.detach().clone()`` is a copy of a net with buffers that registers its running
+        stats as buffers. (tensordict's returns a TensorDict: wrapped again, its buffers
+        would become Parameters.)
+        """
+        return self._copy_leaves(
+            lambda t: nn.Parameter(t.detach(), requires_grad=False), lambda t: Buffer(t.detach())
+        )
+
+    @property
+    def data(self) -> TensorDictBase:  # type: ignore[override]
+        """A TensorDict of the leaves' ``.data``, buffers marked as buffers.
+
+        As tensordict's, a TensorDict (tensordict's in-place methods write through it); its
+        buffers are ``Buffer`` tensors, so ``TensorDictParams(p.data)`` registers each entry
+        as here.
+        """
+        return self._param_td._fast_apply(_marked_data, propagate_lock=True)
 
     def __deepcopy__(self, memo: dict) -> TensorDictParams:
         return self._clone(recurse=True)

@@ -412,3 +412,90 @@ def test_locking_matches_tensordict():
     out = _same(build)
     assert out[0] == (False, True) and out[2] == [(False, False), (False, False)]
     assert out[3] == (True, True) and out[-2] == (True, True) and out[-1] is False
+
+
+# ---------------------------------------------------------------- from_module(as_module=True)
+def _bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+
+
+def test_from_module_as_module_registers_as_tensordicts_does():
+    import fcall
+
+    net = _bn_net()
+    ours, theirs = (
+        fcall.from_module(net, as_module=True),
+        TensorDict.from_module(net, as_module=True),
+    )
+    assert type(ours) is TensorDictParams
+    assert _registration(ours) == _registration(theirs)
+    assert _names(ours, "buffers") == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    assert ours.no_convert == theirs.no_convert is True
+    assert ours["1", "running_mean"] is net[1].running_mean and ours["0", "weight"] is net[0].weight
+    ours["later"] = torch.zeros(2)  # no_convert=True, as tensordict's: a buffer
+    assert "later" in _names(ours, "buffers")
+
+
+def test_wrapping_a_plain_from_module_makes_running_stats_parameters_as_in_tensordict():
+    # Why the recipes use as_module=True: a TensorDict does not say which leaf is a buffer.
+    import fcall
+
+    net = _bn_net()
+    ours = TensorDictParams(fcall.from_module(net).detach().clone())
+    theirs = TDParams(TensorDict.from_module(net).detach().clone())
+    assert len(_names(ours)) == len(_names(theirs)) == 8  # the net has 6
+
+
+@pytest.mark.parametrize(
+    "copy_of",
+    [
+        lambda p: p.detach(),
+        lambda p: p.clone(),
+        lambda p: p.detach().clone(),
+        lambda p: p.copy(),
+        lambda p: copy.deepcopy(p),
+        lambda p: TensorDictParams(p.data),
+        lambda p: TensorDictParams(p),
+    ],
+    ids=["detach", "clone", "detach-clone", "copy", "deepcopy", "wrap-data", "wrap"],
+)
+def test_copies_keep_each_entrys_registration(copy_of):
+    import fcall
+
+    net = _bn_net()
+    p = fcall.from_module(net, as_module=True)
+    c = copy_of(p)
+    assert type(c) is TensorDictParams and _registration(c) == _registration(p)
+    assert all(isinstance(v, nn.Parameter) for v in c.parameters())
+    assert not any(isinstance(v, nn.Parameter) for v in c.buffers())
+
+
+def test_detach_and_data_share_storage_and_drop_requires_grad():
+    import fcall
+
+    p = fcall.from_module(_bn_net(), as_module=True)
+    d = p.detach()
+    assert d["0", "weight"].data_ptr() == p["0", "weight"].data_ptr()
+    assert not d["0", "weight"].requires_grad and p["0", "weight"].requires_grad
+    assert type(p.data) is TensorDict
+    assert p.data["1", "running_mean"].data_ptr() == p["1", "running_mean"].data_ptr()
+    with torch.no_grad():
+        p.zero_()  # tensordict's in-place methods write through .data
+    assert (p["0", "weight"] == 0).all() and (p["1", "running_var"] == 0).all()
+
+
+def test_train_mode_swap_under_autograd_with_batchnorm():
+    import fcall
+
+    net = _bn_net().train()
+    own = [t.clone() for t in net.buffers()]
+    p = fcall.from_module(net, as_module=True).clone()
+    x = torch.randn(8, 3)
+    with fcall.swap(p, net):
+        net(x).sum().backward()
+    assert all(v.grad is not None for v in p.parameters())
+    assert all(t.grad is None for t in net.parameters())
+    assert not torch.equal(p["1", "running_mean"], own[0])  # the copy's stats were updated
+    assert all(torch.equal(a, b) for a, b in zip(net.buffers(), own))  # the net's were not
+    assert int(p["1", "num_batches_tracked"]) == 1
