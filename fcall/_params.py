@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict._tensorcollection import TensorCollection
 from tensordict.base import NO_DEFAULT, _is_tensor_collection
 from tensordict.nn import TensorDictParams as _TDParamsBase
 from tensordict.utils import _LOCK_ERROR, is_non_tensor
@@ -36,13 +37,16 @@ from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 from torch.nn.parameter import Buffer
 
-from ._params_build import build_untraced, construct_eagerly
+from ._params_build import build_untraced
 from ._params_rules import (
     SKIP,
     check_mode,
     convert_leaf,
     convert_tree,
     is_registered,
+    lock_tree,
+    nested_tensordicts,
+    tensor_leaves,
 )
 
 __all__ = ["TensorDictParams"]
@@ -56,6 +60,15 @@ def _as_key(index: Any) -> tuple[str, ...] | None:
     if isinstance(index, tuple) and index and all(isinstance(k, str) for k in index):
         return index
     return None
+
+
+def _module_init(obj: nn.Module) -> None:
+    if is_dynamo_compiling():
+        # Dynamo traces nn.Module.__init__ through super() only (as tensordict's own class
+        # does); TensorCollection.__init__ refuses direct instantiation.
+        super(TensorCollection, obj).__init__()
+    else:
+        nn.Module.__init__(obj)
 
 
 def _marked_data(t: Any) -> Any:
@@ -111,13 +124,6 @@ class TensorDictParams(_TDParamsBase):
         ['params.half']
     """
 
-    _built_outside_graph = False
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> TensorDictParams:
-        if is_dynamo_compiling():
-            return construct_eagerly(cls, args, kwargs)
-        return super().__new__(cls)
-
     def __init__(
         self,
         parameters: TensorDictBase | dict | None = None,
@@ -126,14 +132,15 @@ class TensorDictParams(_TDParamsBase):
         lock: bool = False,
         **kwargs: Any,
     ) -> None:
-        if is_dynamo_compiling() and self._built_outside_graph:
-            return  # __new__ built it (Dynamo still calls __init__ on what __new__ returns)
-        build_untraced(self, parameters, no_convert, lock, kwargs)
+        if is_dynamo_compiling():
+            self._build(parameters, no_convert, lock, kwargs)  # traced: see _params_build
+        else:
+            build_untraced(self, parameters, no_convert, lock, kwargs)
 
     def _build(
         self, parameters: TensorDictBase | dict | None, no_convert: Any, lock: bool, kwargs: dict
     ) -> None:
-        nn.Module.__init__(self)
+        _module_init(self)
         mode = check_mode(no_convert)
         if parameters is None:
             parameters = TensorDict(kwargs) if kwargs else TensorDict()
@@ -161,12 +168,27 @@ class TensorDictParams(_TDParamsBase):
             self._lock_content_td()
         self._build_views()
 
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, nn.Module]]:
+        """As ``nn.Module``'s, without hashing ``self`` when it has no submodules (it has none:
+        views are not submodules), which ``parameters()`` and ``buffers()`` go through.
+
+        tensordict's ``__hash__`` is ``hash((id(self), id(self._param_td)))``: Dynamo guards
+        on the id of an object it hashes that way (``___check_obj_id``), so one built in a
+        compiled function before a graph break, or passed in fresh, recompiled on every call
+        that asked for its ``parameters()``.
+        """
+        if memo is not None or self._modules:
+            yield from super().named_modules(memo, prefix, remove_duplicate)
+            return
+        yield prefix, self
+
     def _build_views(self) -> None:
         # Built eagerly so that reading a nested TensorDict under compile finds its view ready
         # (building a Module in the graph would graph-break).
-        for key, value in self._param_td.items(True, False):
-            if isinstance(value, TensorDict):
-                self._subview((key,) if isinstance(key, str) else key, value)
+        for key, value in nested_tensordicts(self._param_td):
+            self._subview(key, value)
 
     def _init_state(
         self,
@@ -217,7 +239,7 @@ class TensorDictParams(_TDParamsBase):
             self._buffers[name] = value
 
     def _unregister(self, name: str, old: Any) -> None:
-        if _is_tensor_collection(type(old)):
+        if not isinstance(old, torch.Tensor) and _is_tensor_collection(type(old)):
             for key in old.keys(True, True):
                 sub = key if isinstance(key, str) else ".".join(key)
                 self._parameters.pop(f"{name}.{sub}", None)
@@ -229,9 +251,8 @@ class TensorDictParams(_TDParamsBase):
     def _register_tree(self, key: tuple[str, ...], value: Any) -> None:
         if isinstance(value, torch.Tensor):
             self._register_leaf(".".join(key), value)
-        elif _is_tensor_collection(type(value)):
-            for sub_key, leaf in value.items(True, True):
-                sub = (sub_key,) if isinstance(sub_key, str) else sub_key
+        elif isinstance(value, TensorDictBase) and not is_non_tensor(value):
+            for sub, leaf in tensor_leaves(value):
                 self._register_leaf(".".join(key + sub), leaf)
 
     def _owners(
@@ -404,7 +425,7 @@ class TensorDictParams(_TDParamsBase):
         view = root._views.get(full)
         if view is None or view._param_td is not sub:
             view = object.__new__(type(self))
-            nn.Module.__init__(view)
+            _module_init(view)
             view._init_state(sub, root.no_convert, root, full)
             view._register_tree((), sub)
             root._views[full] = view
@@ -507,7 +528,7 @@ class TensorDictParams(_TDParamsBase):
         td = self._param_td
         if not td._is_locked:
             # Not td.lock_(): it warns under compile, and warnings.warn is not traceable.
-            td._propagate_lock(is_compiling=is_compiling())
+            lock_tree(td)
 
     def _propagate_lock(self, _lock_parents_weakrefs: Any = None, *, is_compiling: bool) -> None:
         object.__setattr__(self, "_is_locked", True)

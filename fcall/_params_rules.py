@@ -17,6 +17,7 @@ Parameter made in the graph (crashes Dynamo) and without ``with td.unlock_():``.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -100,3 +101,42 @@ def _check_tree(td: TensorDictBase) -> None:
         if isinstance(value, TensorDictBase) and not is_non_tensor(value):
             refuse_unsupported(value)
             _check_tree(value)
+
+
+def tensor_leaves(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> Iterator[tuple[tuple, Any]]:
+    """(key, tensor) for each tensor leaf of an exact TensorDict tree, in order.
+
+    Not ``td.items(True, True)``: it calls ``type()`` on every leaf, and on a Parameter made
+    while Dynamo traces that crashes the guard builder (``NameError: SYNTHETIC_LOCAL``).
+    """
+    for key, value in td._tensordict.items():
+        path = (*prefix, key)
+        if isinstance(value, torch.Tensor):
+            yield path, value
+        elif isinstance(value, TensorDict):
+            yield from tensor_leaves(value, path)
+        elif isinstance(value, TensorDictBase) and not is_non_tensor(value):
+            for sub, leaf in value.items(True, True):
+                yield path + ((sub,) if isinstance(sub, str) else sub), leaf
+
+
+def nested_tensordicts(td: TensorDictBase, prefix: tuple[str, ...] = ()) -> Iterator[tuple]:
+    """(key, TensorDict) for each nested exact TensorDict, parents first."""
+    for key, value in td._tensordict.items():
+        if not isinstance(value, torch.Tensor) and isinstance(value, TensorDict):
+            yield (*prefix, key), value
+            yield from nested_tensordicts(value, (*prefix, key))
+
+
+def lock_tree(td: TensorDictBase) -> None:
+    """``td._propagate_lock`` (what ``lock_()`` does, without its compile warning).
+
+    While Dynamo traces, the nodes are flagged here as ``_propagate_lock(is_compiling=True)``
+    flags them (no parent weakrefs, no schema), without its ``type()`` on every leaf.
+    """
+    if not is_dynamo_compiling():
+        td._propagate_lock(is_compiling=torch.compiler.is_compiling())
+        return
+    td._is_locked = True
+    for _, sub in nested_tensordicts(td):
+        sub._is_locked = True
