@@ -359,9 +359,12 @@ def test_a_tensordictparams_given_keeps_its_registration():
     def build(cls):
         src = cls(TensorDict(a=torch.zeros(3), b=torch.zeros(3)), no_convert="skip")
         p = cls(src)
-        return _registration(p), p.no_convert
+        p["c"] = torch.zeros(3)  # the copy is locked, writes through the object still work
+        with pytest.raises(RuntimeError, match="locked"):
+            p._param_td["d"] = torch.zeros(3)
+        return _registration(p), p.no_convert, p.is_locked, sorted(src.keys())
 
-    assert _same(build) == (([], ["a", "b"]), "skip")
+    assert _same(build) == (([], ["a", "b", "c"]), "skip", False, ["a", "b"])
 
 
 def test_locking_matches_tensordict():
