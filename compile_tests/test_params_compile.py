@@ -309,3 +309,24 @@ def test_from_module_as_module_copy_of_a_batchnorm_net_swaps_in_one_graph():
     with torch.compiler.set_stance("fail_on_recompile"):
         fn(fcall.from_module(net, as_module=True).clone(), x)  # a new set, same metadata
     assert cnt.frame_count == 1 and p["0", "weight"].grad is not None
+
+
+def test_a_locked_object_refuses_writes_in_compiled_code_as_in_eager():
+    from tensordict.nn import TensorDictParams as TDParams
+
+    def write(p, x):
+        p["new"] = x
+        return x
+
+    x = torch.randn(3)
+    for cls in (TensorDictParams, TDParams):
+        p = cls(TensorDict(a=torch.randn(3)))
+        p.lock_()
+        with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict") as eager:
+            write(p, x)
+        torch._dynamo.reset()
+        fn, _ = _compiled(write, fullgraph=False)
+        with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict") as compiled:
+            fn(p, x)
+        assert str(compiled.value) == str(eager.value)
+        assert list(p.keys()) == ["a"] and [n for n, _ in p.named_parameters()] == ["a"]
