@@ -33,7 +33,7 @@ from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.parameter import Buffer
 
-from ._compat import BufferLegacy
+from ._compat import BufferLegacy, validate_value
 
 __all__ = ["TensorDictParams"]
 
@@ -291,7 +291,7 @@ class TensorDictParams(_TDParamsBase):
             _convert_tree(value, root.no_convert)
         elif isinstance(value, torch.Tensor):
             if not _is_registered(value):
-                value = parent._validate_value(value, check_shape=True, key=last)
+                value = validate_value(parent, value, last)
             value = _convert_leaf(value, root.no_convert)
         else:
             raise TypeError(
