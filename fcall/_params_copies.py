@@ -16,7 +16,7 @@ from tensordict import TensorDictBase
 from torch import nn
 from torch.nn.parameter import Buffer
 
-from ._params_rules import SKIP
+from ._params_rules import SKIP, convert_leaf
 
 if TYPE_CHECKING:
     from ._params import TensorDictParams
@@ -28,6 +28,17 @@ def _marked_data(t: Any) -> Any:
     if isinstance(t, nn.Parameter) or not isinstance(t, torch.Tensor):
         return t.data
     return Buffer(t.data)
+
+
+def _wrap_like(tensor: torch.Tensor, orig: torch.Tensor) -> torch.Tensor:
+    """A leaf that ``to()``, ``cpu()`` or ``cuda()`` returned, registered like the leaf
+    ``orig`` it replaces: a Parameter stays one, with its ``requires_grad``, unless its
+    dtype is no longer floating or complex; anything else becomes a buffer."""
+    if tensor is orig:
+        return tensor
+    if isinstance(orig, nn.Parameter) and (tensor.is_floating_point() or tensor.is_complex()):
+        return nn.Parameter(tensor, requires_grad=orig.requires_grad)
+    return convert_leaf(tensor, no_convert=True)
 
 
 class Copies:
@@ -91,9 +102,21 @@ class Copies:
     def __copy__(self) -> TensorDictParams:
         return self._clone(recurse=False)
 
-    def _from_converted(self, params: TensorDictBase) -> TensorDictParams:  # type: ignore[override]
-        out = super()._from_converted(params)
-        return self._new_like(out._param_td)
+    # to(), cpu() and cuda() as tensordict 0.15 has them, on every tensordict (0.14's
+    # return a tensordict.nn.TensorDictParams that registers every leaf anew by dtype).
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._moved(self._param_td.to(*args, **kwargs))
+
+    def cpu(self, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._moved(self._param_td.cpu(**kwargs))
+
+    def cuda(self, device: Any = None, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._moved(self._param_td.cuda(device=device, **kwargs))
+
+    def _moved(self, params: TensorDictBase) -> TensorDictParams:
+        if params is self._param_td:
+            return self  # type: ignore[return-value]
+        return self._new_like(params.apply(_wrap_like, self._param_td))
 
     def _apply(self, fn: Callable, recurse: bool = True) -> TensorDictParams:
         out = super()._apply(fn, recurse=recurse)

@@ -24,6 +24,7 @@ from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 from torch.nn.parameter import Buffer
 
+from ._compat import validate_value
 from ._params_rules import (
     convert_leaf,
     convert_tree,
@@ -166,14 +167,14 @@ class ParamsTree:
             value = value._param_td
         if isinstance(value, torch.Tensor):
             if not is_registered(value):
-                value = parent._validate_value(value, check_shape=True, key=full[-1])
+                value = validate_value(parent, value, full[-1])
             return convert_leaf(value, root.no_convert)
         if _is_tensor_collection(type(value)) and not is_non_tensor(value):
             convert_tree(value, root.no_convert)
             return value
         # tensordict converts a tensor only if it is one when set: an array or a number
         # becomes a tensor here and registers as a buffer; a string stays non-tensor data.
-        value = parent._validate_value(value, check_shape=True, key=full[-1])
+        value = validate_value(parent, value, full[-1])
         return Buffer(value) if isinstance(value, torch.Tensor) else value
 
     def _write(self, key: tuple[str, ...], value: Any) -> None:
