@@ -59,6 +59,34 @@ def test_dqn_target_swap_compiled_matches_tensordict(api, counter):
 
 
 @pytest.mark.parametrize("api", trl.APIS)
+def test_compiled_swap_leaves_nothing_in_the_graph(api):
+    """The graph of the network called with the target params swapped in is, op for op,
+    the graph of the network called as it is: the swap is traced away."""
+    loss, _ = trl.dqn_loss()
+    net, target = loss.value_network, loss.target_value_network_params
+    graphs = []
+
+    def backend(gm, example_inputs):
+        # placeholders are named after where the tensors come from: keep their count
+        graphs.append(
+            [(n.op, "" if n.op == "placeholder" else str(n.target)) for n in gm.graph.nodes]
+        )
+        return gm.forward
+
+    def swapped(net, params, td):
+        return trl.call_with(api, params, net, td.clone(False))["action_value"]
+
+    def plain(net, params, td):
+        return net(td.clone(False))["action_value"]
+
+    td = trl.dqn_batch(torch.Generator().manual_seed(4))
+    for fn in (swapped, plain):
+        torch.compile(fn, backend=backend, fullgraph=True)(net, target, td)
+    assert len(graphs) == 2 and graphs[0] == graphs[1]
+    assert sum(op == "call_function" for op, _ in graphs[0]) >= 3  # linear, tanh, linear
+
+
+@pytest.mark.parametrize("api", trl.APIS)
 def test_dqn_loss_compiled_equals_torchrl(api, counter):
     """The DQN loss written with fcall, compiled, equals ``DQNLoss.forward`` in eager,
     value and gradients, through optimizer and SoftUpdate steps."""

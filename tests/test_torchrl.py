@@ -113,7 +113,7 @@ def test_dqn_loss_through_fcall_equals_torchrl(api):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
         assert _grads(online).keys() == their_grads.keys() and their_grads
         for key, grad in _grads(online).items():
-            torch.testing.assert_close(grad, their_grads[key], msg=str(key))
+            torch.testing.assert_close(grad, their_grads[key], rtol=0, atol=0, msg=str(key))
         optimizer.step()
         _zero_grads(online)
         updater.step()
@@ -179,7 +179,7 @@ def test_sac_qvalue_loss_through_fcall_equals_torchrl(api):
         torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
         assert _grads(q_params).keys() == their_grads.keys() and their_grads
         for key, grad in _grads(q_params).items():
-            torch.testing.assert_close(grad, their_grads[key], msg=str(key))
+            torch.testing.assert_close(grad, their_grads[key], rtol=0, atol=0, msg=str(key))
         loss.zero_grad()
         updater.step()
         for net, snap in zip(nets, before):

@@ -45,6 +45,7 @@ FILTERWARNINGS = [
 ]
 
 
+# --8<-- [start:apis]
 def call_with(api: str, params: TensorDictBase, module: nn.Module, *args: Any) -> Any:
     """``module(*args)`` with ``params`` swapped in by fcall's ``api``."""
     if api == "functional_call":
@@ -62,14 +63,23 @@ def call_with_tensordict(params: TensorDictBase, module: nn.Module, *args: Any) 
         return module(*args)
 
 
+# --8<-- [end:apis]
+
+
+# --8<-- [start:ensemble]
 def ensemble(call: Any, params: TensorDictBase, module: nn.Module, td: TensorDictBase) -> Any:
-    """The Q-value ensemble of SAC: ``call`` mapped by ``torch.vmap`` over the leading
-    dimension of ``params`` (TorchRL's ``_vmap_func`` does this with to_module)."""
+    """The Q-value ensemble of SAC: ``call(p, module, td)`` mapped by ``torch.vmap`` over
+    the leading dimension of ``params`` (TorchRL's ``_vmap_func`` does this with
+    ``to_module``), e.g. ``ensemble(fcall_call, loss.qvalue_network_params,
+    loss.qvalue_network, td)`` -> ``[num_qvalue_nets, *td.shape, 1]``."""
 
     def one(p: TensorDictBase, td: TensorDictBase) -> torch.Tensor:
         return call(p, module, td)["state_action_value"]
 
     return torch.vmap(one, (0, None), randomness="error")(params, td)
+
+
+# --8<-- [end:ensemble]
 
 
 def snapshot(module: nn.Module) -> list:
@@ -168,6 +178,7 @@ def sac_actor_with(api: str, loss: SACLoss, td: TensorDictBase) -> TensorDictBas
         return call_with(api, loss.actor_network_params, loss.actor_network, td.clone(False))
 
 
+# --8<-- [start:sac_critic]
 def sac_qvalue_loss_with(api: str, loss: SACLoss, td: TensorDictBase) -> torch.Tensor:
     """TorchRL's SAC v2 critic loss (``loss(td)["loss_qvalue"]``), its swaps by ``api``:
     the actor samples the next action, the target Q-ensemble scores it, the online
@@ -191,3 +202,6 @@ def sac_qvalue_loss_with(api: str, loss: SACLoss, td: TensorDictBase) -> torch.T
     predicted = predicted.squeeze(-1)
     errors = nn.functional.smooth_l1_loss(predicted, target.expand_as(predicted), reduction="none")
     return errors.sum(0).mean()
+
+
+# --8<-- [end:sac_critic]
