@@ -155,9 +155,10 @@ def test_sac_qvalue_loss_compiled_equals_torchrl(api, backend, counter):
 
 def test_torchrl_sac_forward_and_an_fcall_swap_compile_together(counter):
     """TorchRL's own ``SACLoss.forward`` (tensordict's to_module inside, then
-    ``clear_refs_for_compile_()`` on every TensorDictParams) and an fcall swap of the same
-    ``actor_network_params`` in one compiled step: one graph, and no recompile when the
-    TensorDictParams gains ``_last_op`` after the first call (issue 15, point 13). An
+    ``clear_refs_for_compile_()`` on every TensorDictParams) and fcall swaps of the same
+    ``actor_network_params`` before and after it in one compiled step: one graph, and no
+    recompile when the TensorDictParams gains ``_last_op`` after the first call (issue 15,
+    point 13, which reports one recompile; none with torchrl 0.14.1). An
     identical twin loss runs the step in eager (eager to_module leaves a different
     ``_last_op`` behind, so the compiled loss is never called in eager)."""
     torch.manual_seed(0)
@@ -167,9 +168,12 @@ def test_torchrl_sac_forward_and_an_fcall_swap_compile_together(counter):
     actor_params = loss.actor_network_params
 
     def step_fn(loss, td):
-        out = loss(td)
+        # before TorchRL's forward the swap reads the params as they come in (a guard on
+        # them); after it, as TorchRL's to_module and clear_refs_for_compile_() left them
         policy = trl.sac_actor_with("swap", loss, td)["action"]
-        return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], policy
+        out = loss(td)
+        again = trl.sac_actor_with("swap", loss, td)["action"]
+        return out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"], policy, again
 
     cnt = counter("eager")
     compiled = torch.compile(step_fn, backend=cnt, fullgraph=True)
@@ -186,6 +190,7 @@ def test_torchrl_sac_forward_and_an_fcall_swap_compile_together(counter):
         trl.assert_restored(loss.actor_network, before)
         assert vars(actor_params)["_last_op"] is None  # TorchRL's clear_refs_for_compile_()
         torch.testing.assert_close(ours, theirs)
+        torch.testing.assert_close(ours[1], ours[2], rtol=0, atol=0)
         for lossi, updateri in ((loss, updater), (twin, twin_updater)):
             _bump(lossi.qvalue_network_params)
             updateri.step()
