@@ -211,3 +211,27 @@ def test_bad_key_in_torchrl_params_names_it_and_leaves_the_network():
     with pytest.raises(KeyError, match=r"^'9'$"):
         trl.call_with_tensordict(params, net, td.clone(False))
     assert dict(net.named_parameters()) == {}
+
+
+class _Boom(Exception):
+    pass
+
+
+@pytest.mark.parametrize("api", trl.APIS)
+def test_an_error_inside_the_swap_restores_the_network(api):
+    """The network raises mid-forward with the target params swapped in: it gets its own
+    Parameters back (on tensordict 0.14.3 too, whose ``__exit__`` undoes nothing on error
+    by itself)."""
+    loss, _ = trl.dqn_loss()
+    net = loss.value_network
+    td = trl.dqn_batch(torch.Generator().manual_seed(6))
+    before = trl.snapshot(net)
+
+    def boom(module, args):
+        raise _Boom
+
+    handle = net.register_forward_pre_hook(boom)
+    with pytest.raises(_Boom):
+        trl.call_with(api, loss.target_value_network_params, net, td.clone(False))
+    handle.remove()
+    trl.assert_restored(net, before)
