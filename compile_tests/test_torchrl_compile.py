@@ -13,6 +13,7 @@ torchrl is not installed. The eager half is ``tests/test_torchrl.py``.
 from __future__ import annotations
 
 import pytest
+import tensordict
 import torch
 
 pytest.importorskip("torchrl", reason="torchrl is not installed (the torchrl nox stack has it)")
@@ -84,6 +85,26 @@ def test_compiled_swap_leaves_nothing_in_the_graph(api):
         torch.compile(fn, backend=backend, fullgraph=True)(net, target, td)
     assert len(graphs) == 2 and graphs[0] == graphs[1]
     assert sum(op == "call_function" for op, _ in graphs[0]) >= 3  # linear, tanh, linear
+
+
+def test_tensordict_guards_its_class_memo_without_fcall(counter):
+    """A limit of tensordict 0.14.3, no fcall involved (why the tests here run the eager
+    reference first): a compiled TensorDictModule call guards on the size of
+    ``tensordict.utils._TENSORCLASS_MEMO``, which any eager ``is_tensorclass`` check of
+    a class never seen before grows, so the next call recompiles."""
+    loss, _ = trl.dqn_loss()
+    net = loss.value_network
+    cnt = counter("eager")
+    compiled = torch.compile(
+        lambda net, td: net(td.clone(False))["action_value"], backend=cnt, fullgraph=True
+    )
+    generator = torch.Generator().manual_seed(5)
+    compiled(net, trl.dqn_batch(generator))
+    tensordict.is_tensorclass(type("NeverSeen", (), {}))
+    with torch.compiler.set_stance("fail_on_recompile"):
+        with pytest.raises(RuntimeError, match=r"len\(.*_TENSORCLASS_MEMO\) != "):
+            compiled(net, trl.dqn_batch(generator))
+    assert cnt.frame_count == 1
 
 
 @pytest.mark.parametrize("api", trl.APIS)
