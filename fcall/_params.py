@@ -33,7 +33,7 @@ from torch import nn
 from torch.compiler import is_compiling
 from torch.nn.parameter import Buffer
 
-from ._compat import BufferLegacy
+from ._compat import BufferLegacy, validate_value
 
 __all__ = ["TensorDictParams"]
 
@@ -53,6 +53,17 @@ def _convert_leaf(value: Any, no_convert: bool) -> Any:
     if not no_convert and value.dtype in _PARAM_DTYPES:
         return nn.Parameter(value)
     return Buffer(value)
+
+
+def _wrap_like(tensor: torch.Tensor, orig: torch.Tensor) -> torch.Tensor:
+    """A leaf that ``to()``, ``cpu()`` or ``cuda()`` returned, registered like the leaf
+    ``orig`` it replaces: a Parameter stays one, with its ``requires_grad``, unless its
+    dtype is no longer floating or complex; anything else becomes a buffer."""
+    if tensor is orig:
+        return tensor
+    if isinstance(orig, nn.Parameter) and (tensor.is_floating_point() or tensor.is_complex()):
+        return nn.Parameter(tensor, requires_grad=orig.requires_grad)
+    return _convert_leaf(tensor, no_convert=True)
 
 
 def _convert_tree(td: TensorDictBase, no_convert: bool) -> None:
@@ -291,7 +302,7 @@ class TensorDictParams(_TDParamsBase):
             _convert_tree(value, root.no_convert)
         elif isinstance(value, torch.Tensor):
             if not _is_registered(value):
-                value = parent._validate_value(value, check_shape=True, key=last)
+                value = validate_value(parent, value, last)
             value = _convert_leaf(value, root.no_convert)
         else:
             raise TypeError(
@@ -546,9 +557,21 @@ class TensorDictParams(_TDParamsBase):
     def __copy__(self) -> TensorDictParams:
         return self._clone(recurse=False)
 
-    def _from_converted(self, params: TensorDictBase) -> TensorDictParams:  # type: ignore[override]
-        out = super()._from_converted(params)
-        return self._new_like(out._param_td)
+    # to(), cpu() and cuda() as tensordict 0.15 has them, on every tensordict (0.14's
+    # return a tensordict.nn.TensorDictParams that registers every leaf anew by dtype).
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._converted(self._param_td.to(*args, **kwargs))
+
+    def cpu(self, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._converted(self._param_td.cpu(**kwargs))
+
+    def cuda(self, device: Any = None, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._converted(self._param_td.cuda(device=device, **kwargs))
+
+    def _converted(self, params: TensorDictBase) -> TensorDictParams:
+        if params is self._param_td:
+            return self
+        return self._new_like(params.apply(_wrap_like, self._param_td))
 
     def _apply(self, fn: Callable, recurse: bool = True) -> TensorDictParams:
         out = super()._apply(fn, recurse=recurse)
