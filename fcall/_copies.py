@@ -22,6 +22,16 @@ from __future__ import annotations
 
 from typing import Any
 
+
+class _Gone:
+    """What restore reports for a slot that the block deleted (``del m.weight``)."""
+
+    def __repr__(self) -> str:
+        return "<deleted in the block>"
+
+
+GONE = _Gone()
+
 _ATTRIBUTE = {"p": "_parameters", "b": "_buffers"}
 
 
@@ -47,7 +57,8 @@ def install(swap: Any, values: list[Any], read_old: bool) -> None:
 
 def uninstall(swap: Any) -> list[Any]:
     """Put the original dicts back; return what the copies held for the swapped names."""
-    current = [copy[name] for copy, (_, name) in zip(swap.live, swap.plan.pairs)]
+    # a name that forward deleted from the copy is back with the original dict
+    current = [copy.get(name, GONE) for copy, (_, name) in zip(swap.live, swap.plan.pairs)]
     for attributes, attribute, original, copy, swapped in reversed(swap.installed):
         attributes[attribute] = original
         for name in copy:

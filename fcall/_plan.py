@@ -43,6 +43,7 @@ class Plan:
     """Where each key of a params container lives in a module tree."""
 
     __slots__ = (
+        "buffer_leaves",
         "chain",
         "checks",
         "direct",
@@ -57,6 +58,8 @@ class Plan:
         "offers",
         "pairs",
         "parameter_leaves",
+        "registrations",
+        "repeated",
         "rnns",
         "root_dicts",
         "tie_groups",
@@ -76,6 +79,11 @@ class Plan:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         # leaf indexes of the parameter entries; None: every entry is a parameter
         self.parameter_leaves: list[int] | None = None
+        self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
+        # entries whose slot a later entry writes too (a submodule at two paths): their
+        # current value on restore is the later one's, never written back into params
+        self.repeated: frozenset[int] = frozenset()
+        self.registrations = -1  # REGISTRATIONS[0] when built (eager): see is_current
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
@@ -93,11 +101,14 @@ class Plan:
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
+        self._find_repeated()
         if not cached:
             return self
+        self.registrations = REGISTRATIONS[0]
         kinds = [entry[4] for entry in self.entries]  # eager only: _engine's deferred loop
         if kinds.count("p") != len(kinds):
             self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
+        self.buffer_leaves = [entry[2] for entry in self.entries if entry[4] == "b"]
         # One row per module on a key's path, plus the root if it owns a key: one
         # loop iteration per module, not one per dict and one per name.
         for modules, name, child in self.chain:
@@ -106,13 +117,31 @@ class Plan:
             self.checks.append((_NO_PARENT, "", None, *_sized(*self.root_dicts)))
         return self
 
+    def _find_repeated(self) -> None:
+        """A submodule registered at two paths gives two entries one slot: they are
+        written and restored as plain entries (``has_attributes`` routes them off the
+        deferred loop, the dict copies and the express), and the earlier ones are
+        marked ``repeated``."""
+        last: dict[tuple[int, str], int] = {}
+        for index in range(len(self.pairs)):
+            slot, name = self.pairs[index]
+            last[(id(slot), name)] = index
+        if len(last) != len(self.pairs):
+            self.repeated = frozenset(range(len(self.pairs))) - frozenset(last.values())
+            self.has_attributes = True
+
     def is_current(self) -> bool:
         """Whether the module tree still has the structure the plan was built on.
 
         A name that left its dict while another name took its place (the dict's
         size unchanged) is not checked here: reading it raises ``KeyError`` in the
-        swap, which then raises ``StalePlan`` and is retried with a new plan.
+        swap, which then raises ``StalePlan`` and is retried with a new plan. Two
+        names that become tied later (``head.weight = emb.weight``) register a
+        parameter, which counts in ``REGISTRATIONS``: any registration since the
+        build makes the plan stale.
         """
+        if self.registrations != REGISTRATIONS[0]:
+            return False
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.checks:
             if (
                 parent.get(name) is not child  # a submodule on a key's path was replaced
@@ -136,6 +165,23 @@ def still_tied(group: list[tuple[dict, str]]) -> bool:
         if slot[name] is not first:
             return False
     return True
+
+
+# How many parameters and submodules have been registered in this process (torch's
+# global registration hooks, installed below; not buffers: a forward that reassigns a
+# buffer registers it on every call). A cached plan built before the
+# last registration is rebuilt: this is how a tie made after a plan was built (the
+# same Parameter assigned to a second name) is seen, for one integer compare per swap.
+# Not read while tracing: a guard on it would recompile on every registration anywhere.
+REGISTRATIONS = [0]
+
+
+def _count_registration(module: nn.Module, name: str, value: Any) -> None:
+    REGISTRATIONS[0] += 1
+
+
+nn.modules.module.register_module_parameter_registration_hook(_count_registration)
+nn.modules.module.register_module_module_registration_hook(_count_registration)
 
 
 class StalePlan(Exception):
@@ -215,14 +261,16 @@ def plan_for(
 
 def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
     root, prefixes = unwrap(module)
+    if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
+        raise RuntimeError(_errors.scripted_module(api, root))
     if "_orig_mod" not in prefixes:
         # Dynamo traces a torch.compile-d module as its _orig_mod: the wrapper is
         # not seen there, so its prefix is accepted on any module (eager and
         # compiled alike) when the module has no submodule of that name.
         prefixes.append("_orig_mod")
     plan = Plan()
-    seen_chain: set[tuple[int, str]] = set()
-    seen_owner: set[int] = set()
+    seen_chain: set[Key] = set()
+    seen_owner: set[Key] = set()
     for index in range(len(keys)):
         stripped = _strip(root, keys[index], prefixes)
         _add_entry(plan, root, module, stripped, index, api, seen_chain, seen_owner)
@@ -305,21 +353,25 @@ def _add_entry(
     seen_chain: set,
     seen_owner: set,
 ) -> None:
+    # seen_chain / seen_owner hold paths, not id()s: traced, id(module) guards on the
+    # module object, and another instance of the same architecture would recompile.
     owner = root
-    for part in key[:-1]:
+    for depth in range(len(key) - 1):
+        part = key[depth]
         child = owner._modules.get(part)
         if child is None:
             raise KeyError(_unknown(api, key, root, module))
-        if (id(owner), part) not in seen_chain:
-            seen_chain.add((id(owner), part))
+        path = key[: depth + 1]
+        if path not in seen_chain:
+            seen_chain.add(path)
             plan.chain.append((owner._modules, part, child))
         owner = child
     name = key[-1]
     slot, kind = slot_of(owner, name)
     if slot is None:
         raise KeyError(_unknown(api, key, root, module))
-    if id(owner) not in seen_owner:
-        seen_owner.add(id(owner))
+    if key[:-1] not in seen_owner:
+        seen_owner.add(key[:-1])
         if owner is root:
             plan.root_dicts = (owner._parameters, owner._buffers)
         if isinstance(owner, nn.RNNBase):
