@@ -337,7 +337,7 @@ def _reset_rnn_flat_weights(rnn: nn.Module) -> None:
 def _write_back(swap: Swap, current: list[Any]) -> None:
     """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
     holders = None
-    repeated = swap.plan.repeated  # their slot's value is a later entry's
+    repeated = swap.plan.repeated  # their slot is an earlier entry's
     for i in range(swap.plan.given):
         if current[i] is not swap.new[i] and current[i] is not GONE and i not in repeated:
             if holders is None:

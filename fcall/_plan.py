@@ -80,8 +80,8 @@ class Plan:
         # leaf indexes of the parameter entries; None: every entry is a parameter
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
-        # entries whose slot a later entry writes too (a submodule at two paths): their
-        # current value on restore is the later one's, never written back into params
+        # entries whose slot an earlier entry names too (a submodule at two paths): they
+        # take the earlier one's value, and are never written back into params
         self.repeated: frozenset[int] = frozenset()
         self.registrations = -1  # REGISTRATIONS[0] when built (eager): see is_current
         self.direct = True  # entry i takes leaf i: no tied aliases
@@ -118,17 +118,23 @@ class Plan:
         return self
 
     def _find_repeated(self) -> None:
-        """A submodule registered at two paths gives two entries one slot: they are
+        """A submodule registered at two paths gives two entries one slot: the first
+        path's value goes in, as tensordict's ``to_module`` visits a module once. The
+        later entries take the first one's leaf and are marked ``repeated``; they are
         written and restored as plain entries (``has_attributes`` routes them off the
-        deferred loop, the dict copies and the express), and the earlier ones are
-        marked ``repeated``."""
-        last: dict[tuple[int, str], int] = {}
-        for index in range(len(self.pairs)):
-            slot, name = self.pairs[index]
-            last[(id(slot), name)] = index
-        if len(last) != len(self.pairs):
-            self.repeated = frozenset(range(len(self.pairs))) - frozenset(last.values())
+        deferred loop, the dict copies and the express)."""
+        first: dict[tuple[int, str], int] = {}
+        repeated = []
+        for index in range(len(self.entries)):
+            slot, name, _, attributes, kind = self.entries[index]
+            seen = first.setdefault((id(slot), name), index)
+            if seen != index:
+                self.entries[index] = (slot, name, self.entries[seen][2], attributes, kind)
+                repeated.append(index)
+        if repeated:
+            self.repeated = frozenset(repeated)
             self.has_attributes = True
+            self.direct = False
 
     def is_current(self) -> bool:
         """Whether the module tree still has the structure the plan was built on.
