@@ -79,6 +79,56 @@ class Model(nn.Module):
         return self.head(self.emb(idx))
 
 
+def architecture_calls(api):
+    if api == "functional_call":
+        return lambda m, p, x: fcall.functional_call(m, p, (x,))
+
+    def call(m, p, x):
+        swap = fcall.swap if api == "swap" else fcall.to_module
+        with swap(p, m):
+            return m(x)
+
+    return call
+
+
+@pytest.mark.parametrize("api", ["swap", "functional_call", "to_module"])
+@pytest.mark.parametrize("container", ["flat", "nested"])
+def test_one_compiled_function_serves_ten_instances_of_an_architecture(counter, api, container):
+    models = [Model() for _ in range(10)]
+    befores = [state(m) for m in models]
+    cnt = counter("eager")
+    fn = torch.compile(architecture_calls(api), backend=cnt, fullgraph=True)
+    idx = torch.tensor([0, 3])
+    for call in range(2):
+        for m, before in zip(models, befores):
+            p = fcall.from_module(m).detach().clone().apply(torch.randn_like)
+            if container == "flat":
+                p = dict(p.flatten_keys("."))
+            stance = "fail_on_recompile" if call or m is not models[0] else "default"
+            with torch.compiler.set_stance(stance):
+                y = fn(m, p, idx)
+            expected = torch.func.functional_call(m, dict(TensorDict(p).flatten_keys(".")), idx)
+            torch.testing.assert_close(y, expected)
+            assert_same_state(m, before)
+    assert cnt.frame_count == 1  # as torch.func.functional_call
+
+
+def test_instances_with_and_without_ties_each_get_their_own_result(counter):
+    untied = [Untied() for _ in range(3)]
+    tied = [Untied() for _ in range(3)]
+    for m in tied:
+        m.head.weight = m.emb.weight
+    cnt = counter("eager")
+    fn = torch.compile(architecture_calls("functional_call"), backend=cnt, fullgraph=True)
+    idx = torch.tensor([0, 4])
+    w = torch.randn(5, 3)
+    for m in untied + tied + untied:
+        expected = torch.func.functional_call(m, {"emb.weight": w}, idx)
+        torch.testing.assert_close(fn(m, {"emb.weight": w}, idx), expected)
+    # untied instances share one frame; a tied one is looked up per instance (its id)
+    assert cnt.frame_count == 1 + len(tied)
+
+
 # --- 3. a TorchScript target ---------------------------------------------------------------
 
 
@@ -133,16 +183,18 @@ def test_weights_tied_after_a_first_swap_compile_to_the_tied_result(counter, api
     assert cnt.frame_count == 1
 
 
-def test_a_tie_made_after_compiling_is_seen_by_neither_compiled_peer(counter):
-    """A torch limit shared with torch.func: Dynamo does not guard that two parameters
-    stay distinct objects (``config.skip_no_tensor_aliasing_guards_on_parameters``), and
-    both compute the ties while tracing. A new compile (``torch._dynamo.reset()``) sees
-    the tie; eager sees it at once (``_plan.REGISTRATIONS``)."""
+def test_a_tie_made_after_compiling_recompiles_to_the_tied_result(counter):
+    """The tie marks the two modules (fcall/_ties.py), a guard fails and fcall recompiles.
+    torch.func's compiled function keeps its untied trace: Dynamo does not guard that two
+    parameters stay distinct objects (``config.skip_no_tensor_aliasing_guards_on_parameters``)."""
     ours, peer = Untied(), Untied()
     peer.load_state_dict(ours.state_dict())
     idx = torch.tensor([0, 4])
+    cnt = counter("eager")
     fcall_fn = torch.compile(
-        lambda w, i: fcall.functional_call(ours, {"emb.weight": w}, (i,)), backend="eager"
+        lambda w, i: fcall.functional_call(ours, {"emb.weight": w}, (i,)),
+        backend=cnt,
+        fullgraph=True,
     )
     func_fn = torch.compile(
         lambda w, i: torch.func.functional_call(peer, {"emb.weight": w}, (i,)), backend="eager"
@@ -151,13 +203,12 @@ def test_a_tie_made_after_compiling_is_seen_by_neither_compiled_peer(counter):
     torch.testing.assert_close(fcall_fn(w, idx), func_fn(w, idx))
     ours.head.weight = ours.emb.weight
     peer.head.weight = peer.emb.weight
+    before = state(ours)
     tied = torch.func.functional_call(peer, {"emb.weight": w}, idx)
-    stale = func_fn(w, idx)
-    assert not torch.allclose(stale, tied)  # torch.func's compiled keeps the untied trace
-    torch.testing.assert_close(fcall_fn(w, idx), stale)  # fcall's too: the same result
-    torch._dynamo.reset()
     torch.testing.assert_close(fcall_fn(w, idx), tied)
-    torch.testing.assert_close(fcall.functional_call(ours, {"emb.weight": w}, (idx,)), tied)
+    assert cnt.frame_count == 2
+    assert not torch.allclose(func_fn(w, idx), tied)  # the peer's compiled: stale
+    assert_same_state(ours, before)
 
 
 # --- 5. a slot deleted inside the block -----------------------------------------------------
@@ -313,3 +364,18 @@ def test_a_parameter_for_a_buffer_is_registered_as_a_buffer_compiled(counter):
         torch.testing.assert_close(held["slot"], p["running_mean"].detach())
         assert_same_state(m, before)
     assert cnt.frame_count == 1
+
+
+def test_deep_copies_of_a_tied_model_keep_their_ties_compiled(counter):
+    import copy
+
+    original = Untied()
+    original.head.weight = original.emb.weight
+    models = [copy.deepcopy(original) for _ in range(3)]
+    fn = torch.compile(architecture_calls("functional_call"), backend=counter("eager"))
+    idx = torch.tensor([0, 4])
+    for m in models:
+        w = torch.randn(5, 3)
+        y = fn(m, {"emb.weight": w}, idx)
+        torch.testing.assert_close(y, torch.func.functional_call(m, {"emb.weight": w}, idx))
+        torch.testing.assert_close(y, w[idx] @ w.T)

@@ -38,13 +38,20 @@ _ATTRIBUTE = {"p": "_parameters", "b": "_buffers"}
 def install(swap: Any, values: list[Any], read_old: bool) -> None:
     """Write ``values`` into copies of the plan's slot dicts, install the copies on
     their modules; with ``read_old``, also collect what the originals hold."""
-    copies: dict[int, tuple[dict, set]] = {}  # per slot dict: its copy, the names swapped
+    # Per slot dict, keyed by its module's path and kind (id(slot) would guard on the
+    # dict's id: another instance of the architecture would recompile): its copy, and
+    # the names swapped. A dict at two paths (a shared submodule) never comes here.
+    copies: dict[tuple[str, str], tuple[dict, set]] = {}
     swap.live = []
     swap.installed = []
-    for (slot, name, _, attributes, kind), value in zip(swap.plan.entries, values):
-        found = copies.get(id(slot))
+    names = swap.plan.names
+    for index in range(len(values)):
+        slot, name, _, attributes, kind = swap.plan.entries[index]
+        value = values[index]
+        where = (names[index][: len(names[index]) - len(name)], kind)
+        found = copies.get(where)
         if found is None:
-            found = copies[id(slot)] = (dict(slot), set())
+            found = copies[where] = (dict(slot), set())
             attribute = _ATTRIBUTE[kind]
             attributes[attribute] = found[0]
             swap.installed.append((attributes, attribute, slot, *found))

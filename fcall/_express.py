@@ -45,7 +45,8 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from ._engine import PRESERVE, Swap, registered_values
 from ._flatten import Layout, Leaves, layout_of
-from ._plan import REGISTRATIONS, Plan, current_express, set_express
+from ._plan import Plan, current_express, set_express
+from ._ties import REGISTRATIONS
 
 _IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
 # Building an express costs about what 250 generic swaps of its plan cost (nested

@@ -25,6 +25,7 @@ from torch import nn
 
 from . import _errors
 from ._flatten import Key, Leaves
+from ._ties import REGISTRATIONS, may_be_tied
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: [a weak reference to it, its plans by key structure, the express
@@ -53,6 +54,7 @@ class Plan:
         "given",
         "has_attributes",
         "layout",
+        "may_be_tied",
         "names",
         "names_are_keys",
         "offers",
@@ -84,6 +86,9 @@ class Plan:
         # take the earlier one's value, and are never written back into params
         self.repeated: frozenset[int] = frozenset()
         self.registrations = -1  # REGISTRATIONS[0] when built (eager): see is_current
+        # traced: some module of the plan carries a tie mark (fcall/_ties.py), so the
+        # module-keyed lookups (id() guards) are made; eager: always looked up
+        self.may_be_tied = False
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
@@ -101,7 +106,8 @@ class Plan:
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
-        self._find_repeated()
+        if cached or self.may_be_tied:  # traced, id(slot) guards on the dict's id
+            self._find_repeated()
         if not cached:
             return self
         self.registrations = REGISTRATIONS[0]
@@ -171,23 +177,6 @@ def still_tied(group: list[tuple[dict, str]]) -> bool:
         if slot[name] is not first:
             return False
     return True
-
-
-# How many parameters and submodules have been registered in this process (torch's
-# global registration hooks, installed below; not buffers: a forward that reassigns a
-# buffer registers it on every call). A cached plan built before the
-# last registration is rebuilt: this is how a tie made after a plan was built (the
-# same Parameter assigned to a second name) is seen, for one integer compare per swap.
-# Not read while tracing: a guard on it would recompile on every registration anywhere.
-REGISTRATIONS = [0]
-
-
-def _count_registration(module: nn.Module, name: str, value: Any) -> None:
-    REGISTRATIONS[0] += 1
-
-
-nn.modules.module.register_module_parameter_registration_hook(_count_registration)
-nn.modules.module.register_module_module_registration_hook(_count_registration)
 
 
 class StalePlan(Exception):
@@ -301,7 +290,7 @@ def complete(
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
         return
-    names, tied = _names_and_ties(root, traced_guards=strict)
+    names, tied = _names_and_ties(root, traced_guards=strict, plan=plan)
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
@@ -313,16 +302,34 @@ def complete(
 
 
 def _names_and_ties(
-    root: nn.Module, traced_guards: bool
+    root: nn.Module, traced_guards: bool, plan: Plan | None = None
 ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """Every parameter and buffer name of ``root``, and the groups of names tied to one tensor.
 
     ``traced_guards``: under Dynamo, walk the module in the trace anyway, so that every
     module of the tree is guarded (``strict`` must see a parameter registered later on
-    a module the swap does not touch)."""
+    a module the swap does not touch). Otherwise, under Dynamo, the names are not needed,
+    and when no module of ``plan`` carries a tie mark (``fcall/_ties.py``) neither is the
+    lookup, which is keyed on ``root`` (an id guard: another instance would recompile)."""
     if torch.compiler.is_compiling() and not traced_guards:
+        if plan is not None:
+            plan.may_be_tied = _may_be_tied(plan)
+            if not plan.may_be_tied:
+                return (), ()
         return _names_and_ties_once(root)
     return _names_and_ties_of(_all_named_tensors(root))
+
+
+def _may_be_tied(plan: Plan) -> bool:
+    """Whether a module that owns a given key, or is on a key's path, carries a tie mark:
+    read while tracing, as one dict-contains guard per module."""
+    for entry in plan.entries[: plan.given]:
+        if may_be_tied(entry[3]):
+            return True
+    for _, _, child in plan.chain:
+        if may_be_tied(child.__dict__):
+            return True
+    return False
 
 
 def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:

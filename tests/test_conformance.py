@@ -411,3 +411,34 @@ def test_swap_keeps_a_parameter_for_a_buffer_as_it_is_like_torch_func():
     value = nn.Parameter(torch.ones(2))
     with fcall.swap({"running_mean": value}, m):
         assert m._buffers["running_mean"] is value
+
+
+# --- 2. the tie marks that let one compiled function serve many instances ---------------
+
+
+def marks(m: nn.Module) -> dict:
+    from fcall import _ties
+
+    return {
+        name: mod.__dict__.get(_ties.MARK) is not _ties.UNTIED for name, mod in m.named_modules()
+    }
+
+
+def test_a_tie_marks_both_owners_and_a_shared_submodule_itself():
+    import copy
+
+    m = Untied()
+    assert marks(m) == {"": False, "emb": False, "head": False}
+    m.head.weight = m.emb.weight
+    assert marks(m) == {"": False, "emb": True, "head": True}
+    # a deep copy's tensors were never seen registered: every copied mark says "maybe"
+    assert set(marks(copy.deepcopy(Untied())).values()) == {True}
+    seq = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    seq[1] = seq[0]
+    assert marks(seq)["0"] is True
+    # a swap, by fcall or by tensordict, puts a module's own tensors back: no mark
+    fresh = Untied()
+    TensorDict.from_module(fresh).detach().clone().to_module(fresh)
+    with fcall.to_module(fcall.from_module(fresh).detach().clone(), fresh):
+        pass
+    assert set(marks(fresh).values()) == {False}
