@@ -379,3 +379,31 @@ def test_deep_copies_of_a_tied_model_keep_their_ties_compiled(counter):
         y = fn(m, {"emb.weight": w}, idx)
         torch.testing.assert_close(y, torch.func.functional_call(m, {"emb.weight": w}, idx))
         torch.testing.assert_close(y, w[idx] @ w.T)
+
+
+def test_deep_copies_of_an_untied_model_share_one_graph(counter):
+    import copy
+
+    models = [copy.deepcopy(Model()) for _ in range(10)]
+    cnt = counter("eager")
+    fn = torch.compile(architecture_calls("functional_call"), backend=cnt, fullgraph=True)
+    idx = torch.tensor([0, 3])
+    for m in models:
+        p = dict(fcall.from_module(m).detach().clone().apply(torch.randn_like).flatten_keys("."))
+        torch.testing.assert_close(fn(m, p, idx), torch.func.functional_call(m, p, idx))
+    assert cnt.frame_count == 1
+
+
+def test_a_tie_in_a_deep_copy_after_compiling_is_seen(counter):
+    import copy
+
+    twin = copy.deepcopy(Untied())
+    cnt = counter("eager")
+    fn = torch.compile(architecture_calls("functional_call"), backend=cnt, fullgraph=True)
+    idx = torch.tensor([0, 4])
+    w = torch.randn(5, 3)
+    fn(twin, {"emb.weight": w}, idx)
+    twin.head.weight = twin.emb.weight
+    y = fn(twin, {"emb.weight": w}, idx)
+    torch.testing.assert_close(y, torch.func.functional_call(twin, {"emb.weight": w}, idx))
+    torch.testing.assert_close(y, w[idx] @ w.T)

@@ -419,9 +419,7 @@ def test_swap_keeps_a_parameter_for_a_buffer_as_it_is_like_torch_func():
 def marks(m: nn.Module) -> dict:
     from fcall import _ties
 
-    return {
-        name: mod.__dict__.get(_ties.MARK) is not _ties.UNTIED for name, mod in m.named_modules()
-    }
+    return {name: _ties.may_be_tied(mod.__dict__) for name, mod in m.named_modules()}
 
 
 def test_a_tie_marks_both_owners_and_a_shared_submodule_itself():
@@ -431,8 +429,9 @@ def test_a_tie_marks_both_owners_and_a_shared_submodule_itself():
     assert marks(m) == {"": False, "emb": False, "head": False}
     m.head.weight = m.emb.weight
     assert marks(m) == {"": False, "emb": True, "head": True}
-    # a deep copy's tensors were never seen registered: every copied mark says "maybe"
-    assert set(marks(copy.deepcopy(Untied())).values()) == {True}
+    # a deep copy of an untied module is untied; of a tied one, tied
+    assert set(marks(copy.deepcopy(Untied())).values()) == {False}
+    assert marks(copy.deepcopy(m)) == {"": False, "emb": True, "head": True}
     seq = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     seq[1] = seq[0]
     assert marks(seq)["0"] is True
@@ -442,3 +441,19 @@ def test_a_tie_marks_both_owners_and_a_shared_submodule_itself():
     with fcall.to_module(fcall.from_module(fresh).detach().clone(), fresh):
         pass
     assert set(marks(fresh).values()) == {False}
+
+
+def test_a_registration_into_a_deep_copy_marks_the_whole_copy():
+    import copy
+
+    from fcall import _ties
+
+    twin, other = copy.deepcopy(Untied()), copy.deepcopy(Untied())
+    assert twin.emb.__dict__[_ties.MARK] is twin.head.__dict__[_ties.MARK]  # one per copy
+    twin.head.weight = twin.emb.weight  # the copy's tensor: where else it is, unknown
+    assert set(marks(twin).values()) == {True}
+    assert set(marks(other).values()) == {False}  # another copy is not concerned
+    idx = torch.tensor([0, 4])
+    w = torch.randn(5, 3)
+    expected = torch.func.functional_call(twin, {"emb.weight": w}, idx)
+    torch.testing.assert_close(fcall.functional_call(twin, {"emb.weight": w}, (idx,)), expected)
