@@ -11,6 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from . import _distributed, _errors, _express, _flatten
+from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._params import TensorDictParams
@@ -104,6 +105,8 @@ def to_module(
         if inplace is not None:
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
+    if isinstance(module, TensorDictBase):  # a TensorDictParams: its TensorDict is replaced
+        return _into_tensordict_module(params, module, return_swap, api)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
     return _retried_if_stale(
         module, _to_module, params, module, mode, return_swap, swap_dest, non_blocking
@@ -146,6 +149,45 @@ def _to_module(
     if out is not None:  # OldValues or swap_dest
         attach(out, swap, module)
     return out
+
+
+_TD_MODULE_OP = "_fcall_to_tensordict_module"  # the record of _into_tensordict_module
+
+
+def _into_tensordict_module(
+    params: Params, module: Any, return_swap: bool, api: str
+) -> TensorDictBase | None:
+    """tensordict's ``to_module`` into a TensorDictParams (an ``nn.Module`` that is a
+    TensorDict): the module's TensorDict becomes ``params`` itself and a copy of the
+    module is returned, which puts the old TensorDict back on exit of ``with``; with
+    ``return_swap=False``, ``module.update(params)``. Keys are not checked (nor are they
+    by tensordict: the module then holds exactly what ``params`` holds). On exit the
+    module gets back the very TensorDict it held (tensordict: a shallow copy of it)."""
+    if not isinstance(params, TensorDictBase):
+        leaves = _flatten.flatten(params, api)
+        params = _flatten.to_tensordict(leaves.keys, leaves.values)
+    if not return_swap:
+        module.update(params)
+        return None
+    previous = module._param_td
+    # Traced, a TensorDictParams cannot be built without a graph break: the copy returned
+    # is then one of its TensorDict (the same leaves).
+    out = previous.copy() if torch.compiler.is_compiling() else module.copy()
+    module._param_td = getattr(params, "_param_td", params)
+    out._last_op = (_TD_MODULE_OP, ((module, previous), {}, _no_previous_op))
+    return out
+
+
+def _put_back_tensordict(out: Any, args: tuple, kwargs: dict, prev: Any) -> None:
+    module, previous = args
+    module._param_td = previous  # the very TensorDict it held
+
+
+def _no_previous_op() -> None:
+    return None
+
+
+register_exit_op(_TD_MODULE_OP, _put_back_tensordict)
 
 
 class swap:
@@ -193,12 +235,16 @@ class swap:
         self._strict = strict
         self._tie_weights = tie_weights
         self._swap: Swap | None = None
+        self._outer: list[Swap] = []  # the swaps of enclosing enters of this object
 
     def __enter__(self) -> TensorDict:
-        self._swap, leaves = _swap_in(
+        swapped, leaves = _swap_in(
             self._params, self._module, "fcall.swap", self._strict, self._tie_weights
         )
-        return _old_tensordict(self._swap.plan, leaves, self._swap.old_given())
+        if self._swap is not None:  # entered again inside its own block: nested restores
+            self._outer.append(self._swap)
+        self._swap = swapped
+        return _old_tensordict(swapped.plan, leaves, swapped.old_given())
 
     def __exit__(
         self,
@@ -207,7 +253,8 @@ class swap:
         traceback: TracebackType | None,
     ) -> bool:
         if self._swap is not None:
-            swapped, self._swap = self._swap, None
+            swapped = self._swap
+            self._swap = self._outer.pop() if self._outer else None
             restore(swapped)
         return False
 
@@ -240,11 +287,44 @@ def functional_call(
     """
     if not isinstance(args, tuple):
         args = (args,)
+    if isinstance(params, (tuple, list)):  # torch.func's (params, buffers) form
+        params = _merged(params, "fcall.functional_call")
     swapped, _ = _swap_in(params, module, "fcall.functional_call", strict, tie_weights)
     try:
         return module(*args, **(kwargs or {}))
     finally:
         restore(swapped)
+
+
+def _merged(dicts: tuple | list, api: str) -> dict[str, Any]:
+    """The dicts of a ``(params, buffers)`` tuple as one flat dict, as torch.func merges
+    them; a key given by two of them raises ``ValueError`` (nothing is written)."""
+    merged: dict[str, Any] = {}
+    given = 0
+    for position in range(len(dicts)):
+        for name, value in _flat_items(dicts[position], position, api):
+            merged[name] = value
+            given += 1
+    if given != len(merged):
+        counts: dict[str, int] = {}
+        for position in range(len(dicts)):
+            for name, _ in _flat_items(dicts[position], position, api):
+                counts[name] = counts.get(name, 0) + 1
+        twice = [name for name, count in counts.items() if count > 1]
+        raise ValueError(_errors.given_in_two_dicts(api, twice))
+    return merged
+
+
+def _flat_items(part: Any, position: int, api: str) -> Any:
+    """``(dotted name, value)`` of one dict of the tuple form."""
+    if not isinstance(part, (Mapping, TensorDictBase)):
+        raise ValueError(_errors.bad_params_part(api, position, part))
+    if isinstance(part, dict) and not any(
+        isinstance(value, (Mapping, TensorDictBase)) for value in part.values()
+    ):
+        return part.items()  # flat already, as torch.func takes it
+    leaves = _flatten.flatten(part, api)
+    return [(".".join(key), value) for key, value in zip(leaves.keys, leaves.values)]
 
 
 def from_module(module: nn.Module, *, as_module: bool = False) -> TensorDict | TensorDictParams:

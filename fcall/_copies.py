@@ -22,19 +22,36 @@ from __future__ import annotations
 
 from typing import Any
 
+
+class _Gone:
+    """What restore reports for a slot that the block deleted (``del m.weight``)."""
+
+    def __repr__(self) -> str:
+        return "<deleted in the block>"
+
+
+GONE = _Gone()
+
 _ATTRIBUTE = {"p": "_parameters", "b": "_buffers"}
 
 
 def install(swap: Any, values: list[Any], read_old: bool) -> None:
     """Write ``values`` into copies of the plan's slot dicts, install the copies on
     their modules; with ``read_old``, also collect what the originals hold."""
-    copies: dict[int, tuple[dict, set]] = {}  # per slot dict: its copy, the names swapped
+    # Per slot dict, keyed by its module's path and kind (id(slot) would guard on the
+    # dict's id: another instance of the architecture would recompile): its copy, and
+    # the names swapped. A dict at two paths (a shared submodule) never comes here.
+    copies: dict[tuple[str, str], tuple[dict, set]] = {}
     swap.live = []
     swap.installed = []
-    for (slot, name, _, attributes, kind), value in zip(swap.plan.entries, values):
-        found = copies.get(id(slot))
+    names = swap.plan.names
+    for index in range(len(values)):
+        slot, name, _, attributes, kind = swap.plan.entries[index]
+        value = values[index]
+        where = (names[index][: len(names[index]) - len(name)], kind)
+        found = copies.get(where)
         if found is None:
-            found = copies[id(slot)] = (dict(slot), set())
+            found = copies[where] = (dict(slot), set())
             attribute = _ATTRIBUTE[kind]
             attributes[attribute] = found[0]
             swap.installed.append((attributes, attribute, slot, *found))
@@ -47,7 +64,8 @@ def install(swap: Any, values: list[Any], read_old: bool) -> None:
 
 def uninstall(swap: Any) -> list[Any]:
     """Put the original dicts back; return what the copies held for the swapped names."""
-    current = [copy[name] for copy, (_, name) in zip(swap.live, swap.plan.pairs)]
+    # a name that forward deleted from the copy is back with the original dict
+    current = [copy.get(name, GONE) for copy, (_, name) in zip(swap.live, swap.plan.pairs)]
     for attributes, attribute, original, copy, swapped in reversed(swap.installed):
         attributes[attribute] = original
         for name in copy:

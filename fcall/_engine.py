@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from . import _copies, _errors
+from ._copies import GONE
 from ._flatten import Leaves
 from ._plan import Plan, StalePlan
 
@@ -157,7 +158,10 @@ def _write_reading_old(swap: Swap) -> None:
     """Commit's deferred loop (eager only): read each old value, convert (``PRESERVE``) and
     write; on any failure undo the writes made, a ``KeyError`` becoming ``StalePlan``."""
     try:
-        if swap.mode == AS_IS or _parameters_track_gradients(swap.plan, swap.new):
+        if swap.mode == AS_IS or (
+            _parameters_track_gradients(swap.plan, swap.new)
+            and not _parameter_for_a_buffer(swap.plan, swap.new)
+        ):
             old = swap.old
             for (slot, name), value in zip(swap.plan.pairs, swap.new):
                 old.append(slot[name])
@@ -186,11 +190,18 @@ def _parameters_track_gradients(plan: Plan, values: list[Any]) -> bool:
         return False
 
 
+def _parameter_for_a_buffer(plan: Plan, values: list[Any]) -> bool:
+    """Whether some value bound for a buffer slot is a Parameter (PRESERVE registers it
+    as a buffer, as tensordict does)."""
+    indexes = plan.buffer_leaves
+    return bool(indexes) and any(isinstance(values[index], _Parameter) for index in indexes)
+
+
 def _write_preserving(swap: Swap) -> list[Any]:
     # PRESERVE, direct: registered_values in one loop with the writes
     old = swap.old
     values = new = swap.new  # copied on the first conversion only
-    for (slot, name, _, _, kind), value in zip(swap.plan.entries, values):
+    for (slot, name, _, attributes, kind), value in zip(swap.plan.entries, values):
         old_value = slot[name]
         old.append(old_value)
         # A Parameter that requires grad stays as it is whatever the old
@@ -202,6 +213,11 @@ def _write_preserving(swap: Swap) -> list[Any]:
             and value is not None
         ):
             value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
+            if new is values:
+                new = list(values)
+            new[len(old) - 1] = value
+        elif kind == "b" and isinstance(value, _Parameter):
+            value = _as_buffer(value, attributes, name)
             if new is values:
                 new = list(values)
             new[len(old) - 1] = value
@@ -236,20 +252,47 @@ def restore(swap: Swap) -> list[Any]:
         else:
             current, changed = _put_back(plan.pairs, swap.old, swap.new)
     else:
-        current = [target[name] for target, (_, name) in zip(swap.targets, plan.pairs)]
+        current = [target.get(name, GONE) for target, (_, name) in zip(swap.targets, plan.pairs)]
         for (slot, name), target, old in zip(
             reversed(plan.pairs), reversed(swap.targets), reversed(swap.old)
         ):
             _move(target, slot, name, old)
         for slot, order in swap.orders:  # a value that left a dict comes back in its place
             for key in order:
-                slot[key] = slot.pop(key)
+                if key in slot:
+                    slot[key] = slot.pop(key)
         changed = True
     for rnn in plan.rnns:
         _reset_rnn_flat_weights(rnn())
     if changed:
         _write_back(swap, current)
+        if GONE in current:  # identity: a tensor is never GONE
+            _check_deleted_slots(plan, current)
     return current
+
+
+def _check_deleted_slots(plan: Plan, current: list[Any]) -> None:
+    """The old value of a slot deleted in the block went back into its dict (as torch.func
+    registers it again); a name that the block gave to something else raises."""
+    taken = []
+    for index in range(len(current)):
+        if current[index] is GONE:
+            slot, name, _, attributes, _ = plan.entries[index]
+            if _taken_elsewhere(attributes, slot, name):
+                del slot[name]  # not registered twice: the block's new owner of the name stays
+                taken.append(plan.names[index])
+    if taken:
+        raise RuntimeError(_errors.slot_taken_in_block(taken))
+
+
+def _taken_elsewhere(attributes: dict, slot: dict, name: str) -> bool:
+    if name in attributes:  # a plain attribute now (pruning's recomputed weight)
+        return True
+    for other in ("_parameters", "_buffers", "_modules"):
+        if attributes[other] is not slot and name in attributes[other]:
+            return True
+    parametrizations = attributes["_modules"].get("parametrizations")
+    return parametrizations is not None and name in parametrizations._modules
 
 
 def reapply(swap: Swap, current: list[Any]) -> None:
@@ -264,19 +307,22 @@ def _put_back(pairs: list, old: list, new: list) -> tuple[list, bool]:
     """Write the ``old`` values back into their slots. Returns what the slots held, and
     whether some slot held another value than ``new`` (forward reassigned it)."""
     entries = zip(pairs, old, new)
-    for (slot, name), old_value, new_value in entries:
-        now = slot[name]
-        if now is not new_value:
-            break
-        slot[name] = old_value
-    else:
-        return new, False  # the common case: one read, one compare and one write per slot
+    try:
+        for (slot, name), old_value, new_value in entries:
+            now = slot[name]
+            if now is not new_value:
+                break
+            slot[name] = old_value
+        else:
+            return new, False  # the common case: one read, one compare and one write per slot
+    except KeyError:  # the block deleted this slot: its old value is registered again
+        now = GONE
     rest = list(entries)
     current = new[: len(new) - 1 - len(rest)]  # the slots put back before the break
     current.append(now)
     slot[name] = old_value
     for (slot, name), old_value, _ in rest:
-        current.append(slot[name])
+        current.append(slot.get(name, GONE))
         slot[name] = old_value
     return current, True
 
@@ -291,8 +337,9 @@ def _reset_rnn_flat_weights(rnn: nn.Module) -> None:
 def _write_back(swap: Swap, current: list[Any]) -> None:
     """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
     holders = None
+    repeated = swap.plan.repeated  # their slot is an earlier entry's
     for i in range(swap.plan.given):
-        if current[i] is not swap.new[i]:
+        if current[i] is not swap.new[i] and current[i] is not GONE and i not in repeated:
             if holders is None:
                 holders = swap.leaves.holders()
             container, key = holders[swap.plan.entries[i][2]]
@@ -303,7 +350,9 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
     if target is source:
         source[name] = value
         return
-    del source[name]
+    # pop, not del: a slot reached by two paths is moved once, and one deleted in the
+    # block is registered again
+    source.pop(name, None)
     target[name] = value
 
 
@@ -313,12 +362,14 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
     # see _write_reading_old.
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
-    for (_, _, index, _, kind), old_value in zip(plan.entries, old):
+    for (_, name, index, attributes, kind), old_value in zip(plan.entries, old):
         value = converted.get(index)
         if value is None:
             value = values[index]
             if kind == "p" and old_value is not None and value is not None:
                 value = _as_parameter_slot(value, old_value, is_parameter)
+            elif kind == "b" and isinstance(value, nn.Parameter):
+                value = _as_buffer(value, attributes, name)
             converted[index] = value
         new.append(value)
     return new
@@ -332,6 +383,13 @@ def _as_parameter_slot(value: torch.Tensor, old: torch.Tensor, is_parameter: Any
         # the value as it is in the parameter slot, as functional_call does.
         return value
     return nn.Parameter(value, requires_grad=old.requires_grad)
+
+
+def _as_buffer(value: nn.Parameter, attributes: dict, name: str) -> torch.Tensor:
+    # tensordict's to_module(preserve_module_state=True) does the same: Buffer(p) is a
+    # plain tensor sharing p's storage, a new leaf with p's requires_grad
+    persistent = name not in attributes["_non_persistent_buffers_set"]
+    return nn.Buffer(value, persistent=persistent)
 
 
 def _isinstance_parameter(value: Any) -> bool:

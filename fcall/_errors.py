@@ -114,3 +114,37 @@ def given_twice(api: str, names: list[str]) -> str:
         f"{api}: params gives {listed} more than once (for example as a flat "
         f"'a.b' key and as a nested one). Give each parameter or buffer once. {UNCHANGED}"
     )
+
+
+def bad_params_part(api: str, position: int, part: object) -> str:
+    return (
+        f"{api}: params is a tuple or list, so each of its elements must be a dict of "
+        f"tensors (as torch.func.functional_call's (params, buffers) form), but element "
+        f"{position} is of type {type(part).__name__}. Pass dicts, or one dict. {UNCHANGED}"
+    )
+
+
+def given_in_two_dicts(api: str, names: list[str]) -> str:
+    listed = ", ".join(repr(name) for name in names)
+    return (
+        f"{api}: {listed} appeared in more than one of the params dicts, so which value "
+        f"to use is ambiguous. Give each key in one dict only. {UNCHANGED}"
+    )
+
+
+def scripted_module(api: str, module: object) -> str:
+    return (
+        f"{api}: {type(module).__name__} is a TorchScript module (torch.jit.script or "
+        f"torch.jit.trace), and its parameters cannot be swapped; torch.func's stateless "
+        f"API refuses it too. Swap into the nn.Module before scripting it. {UNCHANGED}"
+    )
+
+
+def slot_taken_in_block(names: list[str]) -> str:
+    listed = ", ".join(repr(name) for name in names)
+    return (
+        f"fcall: inside the block, {listed} left its slot and the name now holds something "
+        f"else (a parametrization, a plain attribute, another parameter, buffer or "
+        f"submodule): every other slot was restored, and {listed} kept what the block "
+        f"made of it. Register parametrizations, pruning or deletions outside the swap."
+    )

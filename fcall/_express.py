@@ -46,6 +46,7 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from ._engine import PRESERVE, Swap, registered_values
 from ._flatten import Layout, Leaves, layout_of
 from ._plan import Plan, current_express, set_express
+from ._ties import REGISTRATIONS
 
 _IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
 # Building an express costs about what 250 generic swaps of its plan cost (nested
@@ -180,6 +181,8 @@ class _Source:
             "TD": TensorDict,
             "IS_LEAF": _IS_LEAF,
             "CONVERT": functools.partial(registered_values, plan),
+            "REG": REGISTRATIONS,
+            "PARAM": torch.nn.Parameter,
         }
         self.names: dict[int, str] = {}  # id(object) -> its name in the source
 
@@ -235,18 +238,24 @@ class _Source:
         lines.append(f"        old = [{', '.join(slots)}]")
         lines += ["    except KeyError:", "        return None", f"    {values} = values"]
         grads = [f"v{i}.requires_grad" for i, e in enumerate(plan.entries) if e[4] == "p"]
-        if grads:
-            lines.append(f"    if preserve and not ({' and '.join(grads)}):")
+        # to_module(preserve_module_state=True) registers a Parameter given for a buffer
+        # as a buffer, as tensordict does
+        buffers = [i for i, entry in enumerate(plan.entries) if entry[4] == "b"]
+        not_buffers = [f"type(v{i}) is not PARAM" for i in buffers]
+        if grads or not_buffers:
+            keep = " and ".join(grads + not_buffers)
+            lines.append(f"    if preserve and not ({keep}):")
             lines.append("        new = CONVERT(values, old)  # may raise: nothing written yet")
             lines.append(f"        {values} = new")
             lines.append("    else:")
-        lines.append("        new = values" if grads else "    new = values")
+        lines.append("        new = values" if grads or not_buffers else "    new = values")
         lines += [f"    {slot} = v{i}" for i, slot in enumerate(slots)]
         lines.append("    return values, new, old")
         return lines
 
     def _module_checks(self) -> list[str]:
-        lines = []
+        # a parameter or submodule registered since the plan was built (a new tie?)
+        lines = [f"        if REG[0] != {self.plan.registrations}: return None"]
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.plan.checks:
             checks = [
                 f"len({self.constant(parameters, 'P')}) != {n_parameters}",

@@ -25,6 +25,7 @@ from torch import nn
 
 from . import _errors
 from ._flatten import Key, Leaves
+from ._ties import REGISTRATIONS, may_be_tied
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: [a weak reference to it, its plans by key structure, the express
@@ -43,6 +44,7 @@ class Plan:
     """Where each key of a params container lives in a module tree."""
 
     __slots__ = (
+        "buffer_leaves",
         "chain",
         "checks",
         "direct",
@@ -52,11 +54,14 @@ class Plan:
         "given",
         "has_attributes",
         "layout",
+        "may_be_tied",
         "names",
         "names_are_keys",
         "offers",
         "pairs",
         "parameter_leaves",
+        "registrations",
+        "repeated",
         "rnns",
         "root_dicts",
         "tie_groups",
@@ -76,6 +81,14 @@ class Plan:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         # leaf indexes of the parameter entries; None: every entry is a parameter
         self.parameter_leaves: list[int] | None = None
+        self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
+        # entries whose slot an earlier entry names too (a submodule at two paths): they
+        # take the earlier one's value, and are never written back into params
+        self.repeated: frozenset[int] = frozenset()
+        self.registrations = -1  # REGISTRATIONS[0] when built (eager): see is_current
+        # traced: some module of the plan carries a tie mark (fcall/_ties.py), so the
+        # module-keyed lookups (id() guards) are made; eager: always looked up
+        self.may_be_tied = False
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
@@ -93,11 +106,15 @@ class Plan:
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
+        if cached or self.may_be_tied:  # traced, id(slot) guards on the dict's id
+            self._find_repeated()
         if not cached:
             return self
+        self.registrations = REGISTRATIONS[0]
         kinds = [entry[4] for entry in self.entries]  # eager only: _engine's deferred loop
         if kinds.count("p") != len(kinds):
             self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
+        self.buffer_leaves = [entry[2] for entry in self.entries if entry[4] == "b"]
         # One row per module on a key's path, plus the root if it owns a key: one
         # loop iteration per module, not one per dict and one per name.
         for modules, name, child in self.chain:
@@ -106,13 +123,37 @@ class Plan:
             self.checks.append((_NO_PARENT, "", None, *_sized(*self.root_dicts)))
         return self
 
+    def _find_repeated(self) -> None:
+        """A submodule registered at two paths gives two entries one slot: the first
+        path's value goes in, as tensordict's ``to_module`` visits a module once. The
+        later entries take the first one's leaf and are marked ``repeated``; they are
+        written and restored as plain entries (``has_attributes`` routes them off the
+        deferred loop, the dict copies and the express)."""
+        first: dict[tuple[int, str], int] = {}
+        repeated = []
+        for index in range(len(self.entries)):
+            slot, name, _, attributes, kind = self.entries[index]
+            seen = first.setdefault((id(slot), name), index)
+            if seen != index:
+                self.entries[index] = (slot, name, self.entries[seen][2], attributes, kind)
+                repeated.append(index)
+        if repeated:
+            self.repeated = frozenset(repeated)
+            self.has_attributes = True
+            self.direct = False
+
     def is_current(self) -> bool:
         """Whether the module tree still has the structure the plan was built on.
 
         A name that left its dict while another name took its place (the dict's
         size unchanged) is not checked here: reading it raises ``KeyError`` in the
-        swap, which then raises ``StalePlan`` and is retried with a new plan.
+        swap, which then raises ``StalePlan`` and is retried with a new plan. Two
+        names that become tied later (``head.weight = emb.weight``) register a
+        parameter, which counts in ``REGISTRATIONS``: any registration since the
+        build makes the plan stale.
         """
+        if self.registrations != REGISTRATIONS[0]:
+            return False
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.checks:
             if (
                 parent.get(name) is not child  # a submodule on a key's path was replaced
@@ -215,14 +256,16 @@ def plan_for(
 
 def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
     root, prefixes = unwrap(module)
+    if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
+        raise RuntimeError(_errors.scripted_module(api, root))
     if "_orig_mod" not in prefixes:
         # Dynamo traces a torch.compile-d module as its _orig_mod: the wrapper is
         # not seen there, so its prefix is accepted on any module (eager and
         # compiled alike) when the module has no submodule of that name.
         prefixes.append("_orig_mod")
     plan = Plan()
-    seen_chain: set[tuple[int, str]] = set()
-    seen_owner: set[int] = set()
+    seen_chain: set[Key] = set()
+    seen_owner: set[Key] = set()
     for index in range(len(keys)):
         stripped = _strip(root, keys[index], prefixes)
         _add_entry(plan, root, module, stripped, index, api, seen_chain, seen_owner)
@@ -247,7 +290,7 @@ def complete(
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
         return
-    names, tied = _names_and_ties(root, traced_guards=strict)
+    names, tied = _names_and_ties(root, traced_guards=strict, plan=plan)
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
@@ -259,16 +302,34 @@ def complete(
 
 
 def _names_and_ties(
-    root: nn.Module, traced_guards: bool
+    root: nn.Module, traced_guards: bool, plan: Plan | None = None
 ) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
     """Every parameter and buffer name of ``root``, and the groups of names tied to one tensor.
 
     ``traced_guards``: under Dynamo, walk the module in the trace anyway, so that every
     module of the tree is guarded (``strict`` must see a parameter registered later on
-    a module the swap does not touch)."""
+    a module the swap does not touch). Otherwise, under Dynamo, the names are not needed,
+    and when no module of ``plan`` carries a tie mark (``fcall/_ties.py``) neither is the
+    lookup, which is keyed on ``root`` (an id guard: another instance would recompile)."""
     if torch.compiler.is_compiling() and not traced_guards:
+        if plan is not None:
+            plan.may_be_tied = _may_be_tied(plan)
+            if not plan.may_be_tied:
+                return (), ()
         return _names_and_ties_once(root)
     return _names_and_ties_of(_all_named_tensors(root))
+
+
+def _may_be_tied(plan: Plan) -> bool:
+    """Whether a module that owns a given key, or is on a key's path, carries a tie mark:
+    read while tracing, as one dict-contains guard per module."""
+    for entry in plan.entries[: plan.given]:
+        if may_be_tied(entry[3]):
+            return True
+    for _, _, child in plan.chain:
+        if may_be_tied(child.__dict__):
+            return True
+    return False
 
 
 def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
@@ -305,21 +366,25 @@ def _add_entry(
     seen_chain: set,
     seen_owner: set,
 ) -> None:
+    # seen_chain / seen_owner hold paths, not id()s: traced, id(module) guards on the
+    # module object, and another instance of the same architecture would recompile.
     owner = root
-    for part in key[:-1]:
+    for depth in range(len(key) - 1):
+        part = key[depth]
         child = owner._modules.get(part)
         if child is None:
             raise KeyError(_unknown(api, key, root, module))
-        if (id(owner), part) not in seen_chain:
-            seen_chain.add((id(owner), part))
+        path = key[: depth + 1]
+        if path not in seen_chain:
+            seen_chain.add(path)
             plan.chain.append((owner._modules, part, child))
         owner = child
     name = key[-1]
     slot, kind = slot_of(owner, name)
     if slot is None:
         raise KeyError(_unknown(api, key, root, module))
-    if id(owner) not in seen_owner:
-        seen_owner.add(id(owner))
+    if key[:-1] not in seen_owner:
+        seen_owner.add(key[:-1])
         if owner is root:
             plan.root_dicts = (owner._parameters, owner._buffers)
         if isinstance(owner, nn.RNNBase):

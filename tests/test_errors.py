@@ -162,6 +162,15 @@ def test_from_module_target_not_a_module_is_a_type_error():
 @pytest.mark.parametrize("api", list(APIS))
 def test_params_of_the_wrong_type_is_a_type_error(api):
     m = Net()
+    if api == "functional_call":  # a list is torch.func's (params, buffers) form there
+        msg = (
+            "fcall.functional_call: params is a tuple or list, so each of its elements must "
+            "be a dict of tensors (as torch.func.functional_call's (params, buffers) form), "
+            "but element 0 is of type Tensor. Pass dicts, or one dict. The module was left "
+            "unchanged."
+        )
+        raises_and_unchanged(m, ValueError, msg, APIS[api], [torch.zeros(1)], m)
+        return
     msg = (
         f"fcall.{api}: expected params to be a TensorDict, a TensorDictParams or a dict "
         "of tensors, got list."

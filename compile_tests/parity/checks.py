@@ -273,3 +273,62 @@ def check_bad_input(spec, kind: str, api: str, backend: str, impl: Any = fcall) 
             f"{kind}/{api}: eager raised {etype.__name__}({emsg!r}), "
             f"compiled raised {getattr(ctype, '__name__', None)}({cmsg!r})\n{src}",
         )
+
+
+# ------------------------------------------- instances, late ties, shared submodules
+
+
+def tied(spec) -> bool:
+    """Whether the generated module has tied names (its tie marks then make a compiled
+    function look its ties up per instance, fcall/_ties.py)."""
+    return bool(spec["tie"] or spec.get("tie_later") or spec.get("shared"))
+
+
+def _prepared(spec, cls: type, seed: int, pspec, use) -> nn.Module:
+    """An instance of ``spec``'s architecture; with ``tie_later``, swapped once eagerly
+    (its plan cached) and then tied."""
+    model = gen.build_module(dict(spec, seed=seed), cls)
+    if spec.get("tie_later"):
+        with torch.no_grad():
+            gen.build_step(use, fcall)(model, gen.make_params(model, pspec), *gen.make_inputs(spec))
+        model.tie_late()
+    return model
+
+
+def check_instances(spec, pspec, use, backend: str, instances: int) -> None:
+    """One compiled step (the module is its argument) called with ``instances``
+    instances of one architecture: each gives what eager gives, the module untouched;
+    one graph for all when nothing is tied (as torch.func), else at most one each."""
+    repro = gen.reproducer(spec, pspec, use, backend)
+    try:
+        _check_instances(spec, pspec, use, backend, instances)
+    except ParityError as exc:
+        raise ParityError(exc.prop, str(exc).split("] ", 1)[1].rstrip(), repro) from None
+    except Exception as exc:
+        raise ParityError("error", f"{type(exc).__name__}: {exc}", repro) from exc
+
+
+def _check_instances(spec, pspec, use, backend: str, instances: int) -> None:
+    torch._dynamo.reset()
+    counters.clear()
+    grad = gen.needs_grad(use)
+    step, eager_step = gen.build_step(use), gen.build_step(use, fcall)
+    x, idx = gen.make_inputs(spec)
+    counter = CompileCounterWithBackend(backend)
+    run = torch.compile(step, backend=counter, fullgraph=True)
+    cls = gen.module_class(spec)  # one class: instances of one architecture
+    for i in range(instances):
+        seed = spec["seed"] + i
+        model, eager_model = (_prepared(spec, cls, seed, pspec, use) for _ in range(2))
+        p, p_eager = gen.make_params(model, pspec), gen.make_params(eager_model, pspec)
+        before = module_state(model)
+        out = _run(run, model, p, x, idx, grad)
+        _close(out, _run(eager_step, eager_model, p_eager, x, idx, grad), f"instance {i}")
+        if grad:
+            _close(_grads(p), _grads(p_eager), f"gradients, instance {i}")
+        compare_module(before, module_state(model))
+    if counters["graph_break"]:
+        raise ParityError("graph_breaks", f"graph breaks: {dict(counters['graph_break'])}")
+    most = instances if tied(spec) else 1
+    if not 1 <= counter.frame_count <= most:
+        raise ParityError("graphs", f"{counter.frame_count} graphs for {instances} instances")

@@ -117,8 +117,13 @@ def _tree(kinds, depth):
 
 
 @st.composite
-def module_specs(draw, backend, kinds=tuple(BLOCKS), dtypes=DTYPES, max_blocks=4):
-    """A module tree for ``backend``; ``kinds`` restricts the block families drawn."""
+def module_specs(
+    draw, backend, kinds=tuple(BLOCKS), dtypes=DTYPES, max_blocks=4, conformance=False
+):
+    """A module tree for ``backend``; ``kinds`` restricts the block families drawn.
+
+    ``conformance``: also draw a block registered at a second path (``shared``) and a
+    tie made after a first swap (``tie_later``, see ``module_source``)."""
     if backend not in BN1D_BACKENDS:
         kinds = tuple(k for k in kinds if k != "bn1d")
     if backend not in RNN_BACKENDS:
@@ -150,6 +155,9 @@ def module_specs(draw, backend, kinds=tuple(BLOCKS), dtypes=DTYPES, max_blocks=4
     spec["body"]["children"] = [c for c in (cut(c) for c in children) if c is not None]
     n = len(block_refs(spec))
     spec["frozen"] = draw(st.lists(st.integers(0, n - 1), max_size=2, unique=True))
+    if conformance:
+        spec["shared"] = draw(st.booleans())
+        spec["tie_later"] = draw(st.booleans())
     return spec
 
 
@@ -263,6 +271,20 @@ def module_source(spec) -> str:
             init.append("self.head2.weight = self.head.weight  # tied")
             fwd.append("x = self.head2(x)")
         fwd.append("x = self.head(x)")
+    if spec.get("shared"):  # the first block at a second path too: its names are tied
+        init.append(f"self.again = nn.ModuleList([{refs[0][0]}])")
+    tie_later = []
+    if spec.get("tie_later"):  # tie_late() is called after a first swap (checks.py)
+        linears = [path for path, b in refs if b["kind"] == "linear"]
+        init.append(f"self.late = nn.Linear({F}, {F}, bias=False)")
+        if not linears:
+            init.append(f"self.late0 = nn.Linear({F}, {F}, bias=False)")
+            fwd.append("x = self.late0(x)")
+        fwd.append("x = self.late(x)")
+        tie_later = [
+            "    def tie_late(self):",
+            f"        self.late.weight = {(linears or ['self.late0'])[0]}.weight",
+        ]
     if spec["buffers"] != "none":
         init.append(f'self.register_buffer("scale", torch.rand({F}) + 0.5)')
         fwd.append("x = x * self.scale")
@@ -279,15 +301,22 @@ def module_source(spec) -> str:
         "        super().__init__()\n"
         f"{init_src}\n\n"
         "    def forward(self, x, idx):\n"
-        f"{fwd_src}\n"
+        f"{fwd_src}\n" + ("\n" + "\n".join(tie_later) + "\n" if tie_later else "")
     )
 
 
-def build_module(spec) -> nn.Module:
+def module_class(spec) -> type:
     namespace: dict[str, Any] = {"torch": torch, "nn": nn}
     exec(module_source(spec), namespace)
+    return namespace["Net"]
+
+
+def build_module(spec, cls: type | None = None) -> nn.Module:
+    """An instance of ``spec``'s ``Net`` (of ``cls``, its class made once, for several
+    instances of one architecture)."""
+    cls = module_class(spec) if cls is None else cls
     torch.manual_seed(spec["seed"])
-    return namespace["Net"]()
+    return cls()
 
 
 def make_inputs(spec):
@@ -337,6 +366,11 @@ def make_params(module, pspec, stack=0):
         made[id(old)] = flat[name] = value
     if pspec["container"] == "flat":
         return flat
+    if pspec["container"] == "tuple":  # torch.func's (params, buffers) form
+        return (
+            {k: v for k, v in flat.items() if k in names},
+            {k: v for k, v in flat.items() if k not in names},
+        )
     nested: dict = {}
     for name, value in flat.items():
         *path, last = name.split(".")
@@ -358,6 +392,8 @@ def make_params(module, pspec, stack=0):
 
 def leaves(params) -> list[tuple[str, torch.Tensor]]:
     """``(dotted key, tensor)`` of a params container, in order."""
+    if isinstance(params, tuple):
+        return [leaf for part in params for leaf in leaves(part)]
     if isinstance(params, TensorDictBase):
         return [
             (".".join(k) if isinstance(k, tuple) else k, v)

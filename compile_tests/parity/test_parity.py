@@ -201,3 +201,20 @@ BAD = [
 @pytest.mark.parametrize(("kind", "api"), BAD)
 def test_bad_input_same_error_compiled_and_module_untouched(kind, api):
     checks.check_bad_input(TIED, kind, api, "eager")
+
+
+# ------------------- modules as arguments: instances, late ties, shared submodules, tuples
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("api", ("swap", "to_module", "functional_call"))
+@settings(max_examples=examples(1))  # ci: one example per (api, backend), ~+8% of the suite
+@given(data=st.data())
+def test_parity_instances_of_one_architecture(api, backend, data):
+    kinds = tuple(k for k in gen.BLOCKS if k not in gen.RNNS)
+    spec = data.draw(gen.module_specs(backend, kinds, max_blocks=2, conformance=True), "module")
+    containers = (*gen.CONTAINERS, "tuple") if api == "functional_call" else gen.CONTAINERS
+    pspec = data.draw(gen.param_specs(containers=containers), "params")
+    use = data.draw(gen.use_specs(apis=(api,), entries=("step",)), "use")
+    instances = data.draw(st.integers(2, 3), "instances")
+    checks.check_instances(spec, pspec, use, backend, instances)

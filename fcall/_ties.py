@@ -1,0 +1,135 @@
+"""What torch's registration hooks tell fcall: registrations since a plan was built, and
+which modules may hold a tensor that another slot holds too (a tie).
+
+Every ``register_parameter``, ``register_buffer`` and ``register_module`` (module
+construction, ``m.head.weight = m.emb.weight``, ``m[1] = m[0]``) calls torch's global
+registration hooks. fcall installs hooks that
+
+* count parameter and submodule registrations (``REGISTRATIONS``): a cached eager plan
+  built before the last one is rebuilt (``Plan.is_current``), which is how a tie made
+  after the first swap is seen, for one integer compare per swap. Buffers are not
+  counted: a forward that reassigns a buffer (``self.count = self.count + 1``) registers
+  it on every call;
+* keep a mark in each registering module's ``__dict__`` (``MARK``): ``UNTIED`` once the
+  module registers something, ``True`` when a tensor it registers was registered before
+  into another slot (both owners), or when it is registered as a submodule a second time
+  (it is then at two paths). ``UNTIED`` pickles as ``True`` and deep-copies as one
+  ``_Copied`` token per copy, shared by its modules: the copy's tensors were never seen
+  registered, so registering one of them (or a new tensor) into the copy sets the token's
+  ``tied`` for every module of the copy. While tracing, when no module that owns a given
+  key or is on a key's path may be tied, no given name is tied to another, and the
+  names-and-ties lookup (keyed on the module object, hence guarded on its id) is skipped:
+  one compiled function then serves every instance of an architecture, as with
+  ``torch.func``. A module built before ``import fcall`` carries no mark: the lookup runs.
+  Ties made by writing a slot dict directly (``m._parameters["w"] = t``) are not seen.
+"""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils.weak import WeakIdKeyDictionary
+
+REGISTRATIONS = [0]
+MARK = "_fcall_ties"  # the key of the mark in a module's __dict__
+
+
+class _Untied:
+    """The mark of a module none of whose registrations made a tie."""
+
+    __slots__ = ()
+
+    def __deepcopy__(self, memo: dict) -> _Copied:
+        # one token per deepcopy call: deepcopy's memo hands this same one to every module
+        return _Copied()
+
+    def __copy__(self) -> bool:
+        return True
+
+    def __reduce__(self) -> tuple:
+        return (bool, (True,))
+
+    def __repr__(self) -> str:
+        return "fcall: no tie seen"
+
+
+class _Copied:
+    """The mark shared by the modules of one deep copy of untied modules: their tensors
+    were never seen registered, so a registration of an unseen tensor into any of them
+    sets ``tied`` for all of them (where else the copy holds it is unknown)."""
+
+    __slots__ = ("tied",)
+
+    def __init__(self, tied: bool = False) -> None:
+        self.tied = tied
+
+    def __deepcopy__(self, memo: dict) -> _Copied:
+        return _Copied(self.tied)
+
+    def __copy__(self) -> bool:
+        return True
+
+    def __reduce__(self) -> tuple:
+        return (bool, (True,))
+
+    def __repr__(self) -> str:
+        return f"fcall: a deep copy, tied={self.tied}"
+
+
+UNTIED = _Untied()
+# tensor or module -> (weakref to its first owner, the name it was registered under)
+_FIRST_OWNER: Any = WeakIdKeyDictionary()
+
+
+def _seen(module: nn.Module, name: str, value: Any, slots: str) -> None:
+    attributes = module.__dict__
+    mark = attributes.get(MARK)
+    if mark is None:
+        attributes[MARK] = UNTIED
+    if value is None or torch.compiler.is_compiling():
+        return
+    if type(mark) is _Copied and _FIRST_OWNER.get(value) is None:
+        mark.tied = True  # a deep copy's own tensor (or a new one) registered into it
+    first = _FIRST_OWNER.get(value)
+    owner = None if first is None else first[0]()
+    if owner is None:  # never seen, or its first owner is gone: this one is its first
+        _FIRST_OWNER[value] = (weakref.ref(module), name)
+        return
+    if owner is module and first[1] == name:
+        return  # back in its first slot (tensordict's to_module restores through the hooks)
+    if slots == "_modules":  # the submodule is at two paths now, and its tensors
+        value.__dict__[MARK] = True
+    else:
+        attributes[MARK] = True
+        owner.__dict__[MARK] = True
+
+
+def _on_parameter(module: nn.Module, name: str, value: Any) -> None:
+    REGISTRATIONS[0] += 1
+    _seen(module, name, value, "_parameters")
+
+
+def _on_buffer(module: nn.Module, name: str, value: Any) -> None:
+    _seen(module, name, value, "_buffers")
+
+
+def _on_module(module: nn.Module, name: str, value: Any) -> None:
+    REGISTRATIONS[0] += 1
+    _seen(module, name, value, "_modules")
+
+
+def may_be_tied(attributes: dict) -> bool:
+    """Whether the module with these ``__dict__`` entries may hold a tied tensor (read
+    while tracing: a guard on the mark's type, the same for every untied instance)."""
+    mark = attributes.get(MARK)
+    if mark is UNTIED:
+        return False
+    return mark.tied if type(mark) is _Copied else True
+
+
+nn.modules.module.register_module_parameter_registration_hook(_on_parameter)
+nn.modules.module.register_module_buffer_registration_hook(_on_buffer)
+nn.modules.module.register_module_module_registration_hook(_on_module)
