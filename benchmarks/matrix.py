@@ -488,6 +488,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--only", help="a regular expression: the cells to run")
     parser.add_argument("--sections", default="eager,compiled,guards")
     parser.add_argument("--backends", help="default: inductor,aot_eager (quick: aot_eager)")
+    parser.add_argument("--sizes", help="leaves, comma-separated, for every section")
     parser.add_argument("--out", help="JSON path (default: results/matrix.json, quick: /tmp)")
     parser.add_argument("--plot", help="PNG path (default: docs/perf_matrix.png; not in quick)")
     args = parser.parse_args(argv)
@@ -502,24 +503,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     sections = args.sections.split(",")
     quick = args.quick
     backends = (args.backends or ("aot_eager" if quick else "inductor,aot_eager")).split(",")
+    sizes = [int(n) for n in args.sizes.split(",")] if args.sizes else None
     began = time.perf_counter()
     results: dict[str, Any] = {"meta": meta(args)}
     if "eager" in sections:
-        sizes = [4, 16] if quick else [100, 1000, 10_000]
         results["eager"] = eager_section(
-            cells, sizes, rounds=3 if quick else 15, budget_s=0.0005 if quick else 0.004
+            cells,
+            sizes or ([4, 16] if quick else [100, 1000, 10_000]),
+            rounds=3 if quick else 15,
+            budget_s=0.0005 if quick else 0.004,
         )
     if "compiled" in sections:
         for backend in backends:
             results[f"compiled {backend}"] = compiled_section(
                 cells,
-                [4] if quick else [100, 1000],
+                sizes or ([4] if quick else [100, 1000]),
                 backend,
                 rounds=3 if quick else 15,
                 number=2 if quick else 10,
             )
     if "guards" in sections:
-        results["guards"] = guard_section([4, 16] if quick else [100, 1000, 10_000])
+        results["guards"] = guard_section(sizes or ([4, 16] if quick else [100, 1000, 10_000]))
     results["extremes"] = extremes(results, cells)
     results["meta"]["seconds"] = time.perf_counter() - began
     print("\nslowest and fastest cell of each table (ratio to torch.func):")
