@@ -5,6 +5,7 @@ Run from the repository root:
     python benchmarks/matrix.py            # the whole matrix (~20-30 min on 2 cores), JSON, plot
     python benchmarks/matrix.py --quick    # tiny sizes, few rounds, aot_eager only (< 2 min)
     python benchmarks/matrix.py --only "to_module | TensorDict | plain" --sections compiled
+    python benchmarks/matrix.py --markdown benchmarks/results/matrix.json  # a run's tables
 
 A cell is ``api | container | kind``:
 
@@ -34,9 +35,11 @@ of a cell is torch.func with a flat dict of the same tensors:
    ``torch.func.functional_call``.
 
 Everything runs in one process, one thread, under ``torch.no_grad()`` when compiled. Each
-section runs in rounds; in each round every cell and peer runs once, in reversed order every
-other round, and a cell's ratio is the median over rounds of that round's ratio to its peer,
-so load that comes and goes on a shared machine hits both alike. Times are medians.
+section runs in rounds; in each round every cell runs one batch right beside a batch of its
+peer (before it in even rounds, after it in odd ones, the cells in reversed order every
+other round), and a cell's ratio is the median over rounds of its batch's time over the
+peer batch beside it, so load that comes and goes on a shared machine hits both alike.
+Times are medians.
 """
 
 from __future__ import annotations
@@ -212,20 +215,54 @@ def in_turn(items: dict[str, Any], round_: int) -> list[tuple[str, Any]]:
     return order[::-1] if round_ % 2 else order
 
 
-def rounds_of(fns: dict[str, Callable[[], Any]], rounds: int, number: int) -> dict[str, list]:
-    """Seconds per call of each function, one batch of ``number`` calls per round."""
+def _batch(fn: Callable[[], Any], number: int) -> float:
+    start = time.perf_counter()
+    for _ in range(number):
+        fn()
+    return (time.perf_counter() - start) / number
+
+
+def rounds_of(
+    fns: dict[str, Callable[[], Any]], rounds: int, number: int, peer_of: Callable[[str], str]
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Seconds per call, one batch of ``number`` calls per round: each cell's batch right
+    beside a batch of its peer (before it in even rounds, after it in odd ones), so that
+    load that comes and goes hits both alike; the other functions once per round.
+    Returns the times of every function and, per cell, its peer's batches beside it."""
+    cells = [name for name in fns if peer_of(name) in fns and peer_of(name) != name]
     times: dict[str, list[float]] = {name: [] for name in fns}
+    beside: dict[str, list[float]] = {name: [] for name in cells}
+    others = {name: fn for name, fn in fns.items() if name not in cells}
     for round_ in range(rounds):
-        for name, fn in in_turn(fns, round_):
-            start = time.perf_counter()
-            for _ in range(number):
-                fn()
-            times[name].append((time.perf_counter() - start) / number)
-    return times
+        for name in cells if round_ % 2 == 0 else cells[::-1]:
+            peer = peer_of(name)
+            if round_ % 2:
+                times[name].append(_batch(fns[name], number))
+            beside[name].append(_batch(fns[peer], number))
+            times[peer].append(beside[name][-1])
+            if not round_ % 2:
+                times[name].append(_batch(fns[name], number))
+        for name, fn in in_turn(others, round_):
+            if not any(peer_of(cell) == name for cell in cells):
+                times[name].append(_batch(fn, number))
+    return times, beside
 
 
 def paired(times: list[float], base: list[float]) -> float:
     return statistics.median(t / b for t, b in zip(times, base))
+
+
+def _may_get_express(cell: str, leaves: int) -> bool:
+    """Whether fcall's express lane may take over this cell's swaps (fcall/_express.py)."""
+    api, container_name, _ = parse(cell)
+    if api not in APIS or container_name == "nested dict":
+        return False
+    limit = _express._MAX_FLAT_LEAVES if container_name == "flat dict" else _express._MAX_LEAVES
+    return leaves <= limit
+
+
+def _peer_or_self(cells: list[str], peer: Callable[[str], str]) -> Callable[[str], str]:
+    return lambda name: peer(name) if name in cells else name
 
 
 def eager_section(
@@ -245,18 +282,18 @@ def eager_section(
             model = Chain(leaves, reads=False)
             params = container(kind_values(model, kind), container_name, kind, model)
             fns[name] = eager_swap(api, model, params, x)
-            warm = _express._OFFERS_BEFORE_BUILD + 1 if api in APIS else 1
+            warm = _express._OFFERS_BEFORE_BUILD + 1 if _may_get_express(name, leaves) else 2
             for _ in range(warm):  # fcall: the plan, and past 256 swaps its express
                 fns[name]()
         start = time.perf_counter()
         fns[cells[0]]()
         number = max(1, min(200, int(budget_s / max(time.perf_counter() - start, 1e-6))))
-        times = rounds_of(fns, rounds, number)
+        times, beside = rounds_of(fns, rounds, number, _peer_or_self(cells, eager_peer))
         results[str(leaves)] = row = {}
         for name, samples in times.items():
             row[name] = {"us": statistics.median(samples) * 1e6}
             if name in cells:
-                row[name]["ratio"] = paired(samples, times[eager_peer(name)])
+                row[name]["ratio"] = paired(samples, beside[name])
         print_section_rows(f"eager, {leaves} leaves", row, cells, ("us", "ratio"))
     return results
 
@@ -335,10 +372,11 @@ def compiled_section(
             first[name] = time.perf_counter() - start
             compiled[name] = (fn, call, params)
         with torch.no_grad():
-            times = rounds_of(
+            times, beside = rounds_of(
                 {name: (lambda fn=fn, p=p: fn(x, p)) for name, (fn, _, p) in compiled.items()},
                 rounds,
                 number,
+                _peer_or_self(cells, compiled_peer),
             )
             guards = {name: guard_seconds(call, x, p) for name, (_, call, p) in compiled.items()}
         results[str(leaves)] = row = {}
@@ -351,7 +389,7 @@ def compiled_section(
                 row[name]["guard_us"] = guards[name] * 1e6
             if name in cells:
                 peer = compiled_peer(name)
-                row[name]["ratio"] = paired(times[name], times[peer])
+                row[name]["ratio"] = paired(times[name], beside[name])
                 row[name]["compile_ratio"] = first[name] / first[peer]
                 if guards[name] is not None and guards[peer] is not None:
                     row[name]["guard_ratio"] = guards[name] / guards[peer]
@@ -464,6 +502,42 @@ def plot(results: dict[str, Any], cells: list[str], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def markdown(results: dict[str, Any]) -> str:
+    """The run as markdown tables: every cell's ratios, then the guard section."""
+    columns = []
+    for table, sizes in results.items():
+        if table.startswith(("eager", "compiled")):
+            name = table.replace("compiled ", "")
+            for leaves, row in sizes.items():
+                columns.append((f"{name} {int(leaves):,}", row, "ratio"))
+    for table, sizes in results.items():
+        if table.startswith("compiled"):
+            for leaves, row in sizes.items():
+                label = f"compile {table.replace('compiled ', '')} {int(leaves):,}"
+                columns.append((label, row, "compile_ratio"))
+    cells = [c for c in CELLS if any(c in row for _, row, _ in columns)]
+    lines = [
+        "| cell | " + " | ".join(label for label, _, _ in columns) + " |",
+        "| --- |" + " ---: |" * len(columns),
+    ]
+    for cell in cells:
+        values = [row.get(cell, {}).get(field) for _, row, field in columns]
+        text = ["" if v is None else f"{v:.2f}" for v in values]
+        lines.append(f"| {cell.replace(' | ', ' · ')} | " + " | ".join(text) + " |")
+    if "guards" in results:
+        sizes = list(results["guards"])
+        lines += ["", "| guard check per call | " + " | ".join(f"{int(n):,}" for n in sizes) + " |"]
+        lines.append("| --- |" + " ---: |" * len(sizes))
+        for name in results["guards"][sizes[0]]:
+            row = [results["guards"][n][name] for n in sizes]
+            lines.append(
+                f"| {name.replace(' | ', ' · ')} | "
+                + " | ".join(f"{r['guard_us']:.0f} µs ({r['ratio']:.2f}x)" for r in row)
+                + " |"
+            )
+    return "\n".join(lines)
+
+
 def meta(args: argparse.Namespace) -> dict[str, Any]:
     try:
         commit = subprocess.run(
@@ -489,9 +563,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sections", default="eager,compiled,guards")
     parser.add_argument("--backends", help="default: inductor,aot_eager (quick: aot_eager)")
     parser.add_argument("--sizes", help="leaves, comma-separated, for every section")
+    parser.add_argument("--markdown", metavar="JSON", help="print a run's tables, run nothing")
     parser.add_argument("--out", help="JSON path (default: results/matrix.json, quick: /tmp)")
     parser.add_argument("--plot", help="PNG path (default: docs/perf_matrix.png; not in quick)")
     args = parser.parse_args(argv)
+    if args.markdown:
+        results = json.loads(Path(args.markdown).read_text())
+        print(markdown(results))
+        return results
     torch.set_num_threads(1)
     torch.manual_seed(0)
     torch._inductor.config.fx_graph_cache = False  # a peer must not reuse another's graph

@@ -51,3 +51,16 @@ def test_quick_mode_prints_and_records_every_cell_beside_its_peer(quick_run):
     assert all(compiled[cell]["guard_us"] > 0 for cell in matrix.CELLS)  # no recompile
     assert set(results["guards"]) == {"4", "16"}
     assert results["extremes"]["compiled aot_eager @ 4"]["slowest"][0] in matrix.CELLS
+
+
+def test_the_markdown_tables_have_a_row_per_cell(quick_run):
+    _, results = quick_run
+    text = matrix.markdown(results)
+    for cell in matrix.CELLS:
+        row = next(
+            line
+            for line in text.splitlines()
+            if line.startswith(f"| {cell.replace(' | ', ' · ')} |")
+        )
+        assert row.count("|") == 6  # the cell; eager at two sizes, compiled, compile ratio
+    assert "| guard check per call | 4 | 16 |" in text
