@@ -584,7 +584,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     backends = (args.backends or ("aot_eager" if quick else "inductor,aot_eager")).split(",")
     sizes = [int(n) for n in args.sizes.split(",")] if args.sizes else None
     began = time.perf_counter()
+    default = (
+        Path("/tmp/fcall-matrix-quick.json") if quick else ROOT / "benchmarks/results/matrix.json"
+    )
+    out = Path(args.out) if args.out else default
+    out.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"meta": meta(args)}
+
+    def save(done: bool) -> None:  # after each section: a run cut short keeps what it measured
+        results["meta"]["seconds"] = time.perf_counter() - began
+        results["meta"]["complete"] = done
+        results["extremes"] = extremes(results, cells)
+        out.write_text(json.dumps(results, indent=1))
+
     if "eager" in sections:
         results["eager"] = eager_section(
             cells,
@@ -592,6 +604,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rounds=3 if quick else 15,
             budget_s=0.0005 if quick else 0.004,
         )
+        save(False)
     if "compiled" in sections:
         for backend in backends:
             results[f"compiled {backend}"] = compiled_section(
@@ -601,22 +614,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 rounds=3 if quick else 15,
                 number=2 if quick else 10,
             )
+            save(False)
     if "guards" in sections:
         results["guards"] = guard_section(sizes or ([4, 16] if quick else [100, 1000, 10_000]))
-    results["extremes"] = extremes(results, cells)
-    results["meta"]["seconds"] = time.perf_counter() - began
+    save(True)
     print("\nslowest and fastest cell of each table (ratio to torch.func):")
     for table, pair in results["extremes"].items():
         print(
             f"  {table:<28} slowest {pair['slowest'][0]:<48}{pair['slowest'][1]:>7.2f}x   "
             f"fastest {pair['fastest'][0]:<48}{pair['fastest'][1]:>7.2f}x"
         )
-    default = (
-        Path("/tmp/fcall-matrix-quick.json") if quick else ROOT / "benchmarks/results/matrix.json"
-    )
-    out = Path(args.out) if args.out else default
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {out} ({results['meta']['seconds']:.0f} s)")
     if args.plot or not quick:  # after the JSON: a missing matplotlib loses no measurement
         path = Path(args.plot) if args.plot else ROOT / "docs" / "perf_matrix.png"
