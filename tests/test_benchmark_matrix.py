@@ -1,5 +1,7 @@
 """``benchmarks/matrix.py --quick`` runs and reports every cell of the matrix (no timing
-is asserted: the machine's load decides the numbers)."""
+is asserted: the machine's load decides the numbers). One subprocess for the module, under
+a minute on two cores (tiny sizes, three rounds, aot_eager only), so it stays in the normal
+suite; it runs the benchmark as a user would, outside pytest's process."""
 
 import json
 import pathlib
@@ -11,8 +13,6 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import matrix  # noqa: E402
-
-pytestmark = pytest.mark.benchmark
 
 
 @pytest.fixture(scope="module")
