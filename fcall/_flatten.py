@@ -90,8 +90,8 @@ def flatten_eager(params: Any, api: str) -> Leaves:
             leaves.signature = pending[3]
             return leaves
         entries = params._tensordict
-    elif type(params) is dict:
-        entries = params  # nested, with names that hold no dot (else the generic walk)
+    elif type(params) is dict and not _dotted_or_not_str(params):
+        entries = params  # nested or not, with names that hold no dot
     elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
         entries = params._param_td._tensordict  # its registered leaves, as _walk reads them
     else:
@@ -127,8 +127,6 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
     its hash, a tuple does not). Returns False on anything else (the general
     walk then runs).
     """
-    if type(entries) is dict and _dotted_or_not_str(entries):
-        return False  # a dict's "a.b" keys are split by the generic walk
     shape += entries
     shape.append(_END_NAMES)
     for name, value in entries.items():
@@ -141,6 +139,8 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
             if not _walk_exact(value._tensordict, values, shape):
                 return False
         elif cls is dict:
+            if _dotted_or_not_str(value):
+                return False  # a dict's "a.b" names are split by the generic walk
             shape.append(name)
             if not _walk_exact(value, values, shape):
                 return False
