@@ -319,10 +319,10 @@ def _warm_compile(backend: str, leaves: int, x: torch.Tensor) -> None:
         torch.compile(call, backend=backend, fullgraph=True)(x, flat_params)
 
 
-def guard_seconds(fn: Callable, x: torch.Tensor, params: Any, number: int = 20) -> float | None:
-    """Seconds of one guard check of ``fn``'s compiled frame on ``(x, params)``: the guard
-    manager of its only cache entry, called with the frame's locals (free variables
-    included). ``None`` if the frame has several entries (it recompiled)."""
+def guard_check(fn: Callable, x: torch.Tensor, params: Any) -> Callable[[], bool] | None:
+    """One guard check of ``fn``'s compiled frame on ``(x, params)``: the guard manager of
+    its only cache entry, called with the frame's locals (free variables included).
+    ``None`` if the frame has several entries (it recompiled)."""
     entries = _debug_get_cache_entry_list(fn.__code__)
     if len(entries) != 1:
         return None
@@ -332,13 +332,15 @@ def guard_seconds(fn: Callable, x: torch.Tensor, params: Any, number: int = 20) 
         frame_locals[name] = cell.cell_contents
     if not manager.check(frame_locals):
         raise AssertionError(f"guards of {fn.__name__} fail on its own inputs")
-    samples = []
-    for _ in range(5):
-        start = time.perf_counter()
-        for _ in range(number):
-            manager.check(frame_locals)
-        samples.append((time.perf_counter() - start) / number)
-    return statistics.median(samples)
+    return lambda: manager.check(frame_locals)
+
+
+def guard_seconds(fn: Callable, x: torch.Tensor, params: Any, number: int = 20) -> float | None:
+    """Seconds per guard check of ``fn``'s compiled frame (the median of 5 batches)."""
+    check = guard_check(fn, x, params)
+    if check is None:
+        return None
+    return statistics.median(_batch(check, number) for _ in range(5))
 
 
 def compiled_peer(cell: str) -> str:
@@ -408,32 +410,39 @@ GUARD_CONTAINERS = (
 )
 
 
-def guard_section(sizes: list[int], kind: str = "Parameter") -> dict[str, dict[str, float]]:
-    """Guard check per call against leaves: fcall.swap with each container, torch.func."""
+def guard_section(
+    sizes: list[int], rounds: int, kind: str = "Parameter"
+) -> dict[str, dict[str, float]]:
+    """Guard check per call against leaves: fcall.swap with each container, torch.func;
+    in rounds, each check's batch beside a batch of torch.func's (as ``rounds_of``)."""
     x = torch.randn(8, 4)
     results: dict[str, dict[str, float]] = {}
     for leaves in sizes:
         torch._dynamo.reset()
-        row: dict[str, float] = {}
-        names = [f"swap | {c} | {kind}" for c in GUARD_CONTAINERS] + [
-            f"torch.func | flat dict | {kind}"
-        ]
-        for index, name in enumerate(names):
-            api, container_name, _ = parse(name)
-            model = Chain(leaves, reads=False)
-            params = container(kind_values(model, kind), container_name, kind, model)
-            call = fresh(swap_and_call(api, model), f"guards_{index}")
-            with torch.no_grad():
+        checks: dict[str, Callable[[], Any]] = {}
+        peer = f"torch.func | flat dict | {kind}"
+        names = [f"swap | {c} | {kind}" for c in GUARD_CONTAINERS] + [peer]
+        with torch.no_grad():
+            for index, name in enumerate(names):
+                api, container_name, _ = parse(name)
+                model = Chain(leaves, reads=False)
+                params = container(kind_values(model, kind), container_name, kind, model)
+                call = fresh(swap_and_call(api, model), f"guards_{index}")
                 torch.compile(call, backend="eager", fullgraph=True)(x, params)
-                seconds = guard_seconds(call, x, params)
-            row[name] = float("nan") if seconds is None else seconds * 1e6
-        base = row[names[-1]]
-        results[str(leaves)] = {
-            name: {"guard_us": us, "ratio": us / base} for name, us in row.items()
-        }
+                check = guard_check(call, x, params)
+                if check is not None:
+                    checks[name] = check
+            times, beside = rounds_of(checks, rounds, 20, lambda n: peer if n != peer else n)
+        results[str(leaves)] = row = {}
+        for name in names:
+            if name not in checks:
+                row[name] = {"guard_us": float("nan"), "ratio": float("nan")}  # recompiled
+                continue
+            ratio = paired(times[name], beside[name]) if name != peer else 1.0
+            row[name] = {"guard_us": statistics.median(times[name]) * 1e6, "ratio": ratio}
         print_section_rows(
             f"guard check per call, {leaves} leaves (eager backend, forward reads nothing)",
-            results[str(leaves)],
+            row,
             names[:-1],
             ("guard_us", "ratio"),
         )
@@ -616,7 +625,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             save(False)
     if "guards" in sections:
-        results["guards"] = guard_section(sizes or ([4, 16] if quick else [100, 1000, 10_000]))
+        results["guards"] = guard_section(
+            sizes or ([4, 16] if quick else [100, 1000, 10_000]), rounds=3 if quick else 15
+        )
     save(True)
     print("\nslowest and fastest cell of each table (ratio to torch.func):")
     for table, pair in results["extremes"].items():
