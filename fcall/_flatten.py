@@ -252,7 +252,6 @@ def _empty() -> TensorDict:
 # entries as (name, is_leaf, index of the leaf value or of the child node).
 Layout = list[list[tuple[str, bool, int]]]
 _SCALAR = torch.Size(())
-_new_object = object.__new__
 
 
 def layout_of(keys: list[Key]) -> Layout:
@@ -278,10 +277,11 @@ def layout_of(keys: list[Key]) -> Layout:
 
 def _from_layout(layout: Layout, values: list[Any]) -> TensorDict:
     # What TensorDict._new_unsafe(source, batch_size=torch.Size(())) sets,
-    # without its per-entry loop.
+    # without its per-entry loop. Spelled object.__new__(cls), never through an
+    # alias: torch 2.12's Dynamo traces only that spelling.
     nodes: list[TensorDict] = []
     for entries in layout:
-        node = _new_object(TensorDict)
+        node = object.__new__(TensorDict)
         attributes = node.__dict__
         attributes["_device"] = None
         attributes["_batch_size"] = _SCALAR
@@ -355,7 +355,7 @@ def old_values(
     (which the first read splits: a plan built while tracing has no layout yet).
     ``signature``: that of the params whose keys they have, so that swapping them
     back in finds the cached plan without building the nodes (see ``flatten``)."""
-    root = _new_object(OldValues)
+    root = object.__new__(OldValues)
     attributes = root.__dict__
     attributes["_device"] = None
     attributes["_batch_size"] = _SCALAR
