@@ -555,7 +555,7 @@ def meta(args: argparse.Namespace) -> dict[str, Any]:
     except OSError:
         commit = ""
     return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "commit": commit,
         "torch": torch.__version__,
         "tensordict": tensordict.__version__,
