@@ -35,7 +35,8 @@ from ._flatten import Leaves
 from ._plan import Plan, StalePlan
 
 AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
-_Parameter = nn.Parameter
+_Tensor, _Parameter = torch.Tensor, nn.Parameter
+_make_subclass = torch.Tensor._make_subclass
 
 
 class Swap:
@@ -198,30 +199,45 @@ def _parameter_for_a_buffer(plan: Plan, values: list[Any]) -> bool:
 
 
 def _write_preserving(swap: Swap) -> list[Any]:
-    # PRESERVE, direct: registered_values in one loop with the writes
-    old = swap.old
-    values = new = swap.new  # copied on the first conversion only
-    for (slot, name, _, attributes, kind), value in zip(swap.plan.entries, values):
-        old_value = slot[name]
-        old.append(old_value)
-        # A Parameter that requires grad stays as it is whatever the old
-        # requires_grad (it tracks gradients): checked first, as the common case.
-        if (
-            kind == "p"
-            and not (type(value) is _Parameter and value.requires_grad)
-            and old_value is not None
-            and value is not None
-        ):
-            value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
-            if new is values:
-                new = list(values)
-            new[len(old) - 1] = value
-        elif kind == "b" and isinstance(value, _Parameter):
-            value = _as_buffer(value, attributes, name)
-            if new is values:
-                new = list(values)
-            new[len(old) - 1] = value
+    # PRESERVE, direct, eager: read every old value, convert, then write (a KeyError or a
+    # failed conversion leaves nothing written; the caller makes it StalePlan / undoes)
+    plan, old = swap.plan, swap.old
+    old.extend([slot[name] for slot, name in plan.pairs])
+    new = preserved(plan, swap.new, old)
+    for (slot, name), value in zip(plan.pairs, new):
         slot[name] = value
+    return new
+
+
+_is_batched = torch._C._functorch.is_batchedtensor
+
+
+def preserved(plan: Plan, values: list, old: list) -> list:
+    """``PRESERVE`` in eager for a direct plan (entry i takes leaf i): ``values`` with each
+    one bound for a parameter slot as ``_as_parameter_slot`` makes it. A plain tensor that
+    does not track gradients, the common case (a target network's values), takes an inline
+    path: the per-leaf calls around the Parameter cost more than making it."""
+    new = values  # copied on the first conversion only
+    for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
+        if entry[4] != "p" or old_value is None or value is None:
+            if entry[4] != "b" or not isinstance(value, _Parameter):
+                continue
+            value = _as_buffer(value, entry[3], entry[1])  # registered as a buffer
+        elif (cls := type(value)) is _Tensor:
+            if value.requires_grad or _is_batched(value):
+                continue  # it tracks gradients: it goes in as it is
+            # what nn.Parameter(value, requires_grad) runs for a plain tensor, without the
+            # frame of Parameter.__new__; a new Parameter per swap, never a cached one
+            value = _make_subclass(_Parameter, value, old_value.requires_grad)
+        elif cls is _Parameter and value.requires_grad:
+            continue  # checked first, as the common case: it stays whatever the old one's
+        else:
+            value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
+            if value is new[index]:
+                continue
+        if new is values:
+            new = list(values)
+        new[index] = value
     return new
 
 
@@ -357,9 +373,10 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 
 
 def registered_values(plan: Plan, values: list, old: list) -> list:
+    if plan.direct and not plan.traced:
+        return preserved(plan, values, old)
     is_parameter = _isinstance_parameter if plan.traced else _is_parameter
-    # The common eager case (no tied aliases) is done in commit's loop instead:
-    # see _write_reading_old.
+    # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
     for (_, name, index, attributes, kind), old_value in zip(plan.entries, old):
@@ -382,6 +399,8 @@ def _as_parameter_slot(value: torch.Tensor, old: torch.Tensor, is_parameter: Any
         # A new Parameter would be a new leaf and cut the gradients off; keep
         # the value as it is in the parameter slot, as functional_call does.
         return value
+    # Under Dynamo, nn.Parameter on a graph input is what it traces (it builds the
+    # Parameter before the graph, per call; _make_subclass would not trace).
     return nn.Parameter(value, requires_grad=old.requires_grad)
 
 

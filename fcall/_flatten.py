@@ -76,7 +76,8 @@ def flatten_generic(params: Any, api: str) -> Leaves:
 
 
 def flatten_eager(params: Any, api: str) -> Leaves:
-    """Eager only: exact TensorDicts take a fast walk (``_walk_exact``)."""
+    """Eager only: an exact TensorDict, the TensorDict of a TensorDictParams and a dict
+    (nested or not) whose names hold no dot take a fast walk (``_walk_exact``)."""
     if type(params) in _EXACT:
         leaves = Leaves(params, api)
         pending = params.__dict__.get("_layout_and_values")
@@ -88,16 +89,31 @@ def flatten_eager(params: Any, api: str) -> Leaves:
             leaves.values = list(pending[2])
             leaves.signature = pending[3]
             return leaves
-        shape: list[Any] = []
-        if _walk_exact(params._tensordict, leaves.values, shape):
-            leaves.signature = tuple(shape)
-            return leaves
+        entries = params._tensordict
+    elif type(params) is dict and not _dotted_or_not_str(params):
+        entries = params  # nested or not, with names that hold no dot
+    elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
+        entries = params._param_td._tensordict  # its registered leaves, as _walk reads them
+    else:
+        return flatten_generic(params, api)
+    leaves = Leaves(params, api)
+    shape: list[Any] = []
+    if _walk_exact(entries, leaves.values, shape):
+        leaves.signature = tuple(shape)
+        return leaves
     return flatten_generic(params, api)
 
 
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter
 # In a signature (names are strings): the end of one node's names, and of its children.
 _END_NAMES, _END_NODE = None, 0
+
+
+def _dotted_or_not_str(entries: dict) -> bool:
+    try:
+        return "." in "".join(entries)  # one C call per node, not a test per name
+    except TypeError:  # a name that is not a string (a tuple of names, say)
+        return True
 
 
 def _walk_exact(entries: dict, values: list, shape: list) -> bool:
@@ -121,6 +137,12 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
         elif cls is TensorDict or cls is OldValues:
             shape.append(name)
             if not _walk_exact(value._tensordict, values, shape):
+                return False
+        elif cls is dict:
+            if _dotted_or_not_str(value):
+                return False  # a dict's "a.b" names are split by the generic walk
+            shape.append(name)
+            if not _walk_exact(value, values, shape):
                 return False
         else:
             return False

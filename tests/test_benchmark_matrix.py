@@ -1,0 +1,66 @@
+"""``benchmarks/matrix.py --quick`` runs and reports every cell of the matrix (no timing
+is asserted: the machine's load decides the numbers). One subprocess for the module, under
+a minute on two cores (tiny sizes, three rounds, aot_eager only), so it stays in the normal
+suite; it runs the benchmark as a user would, outside pytest's process."""
+
+import json
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import matrix  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
+    out = tmp_path_factory.mktemp("matrix") / "quick.json"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "matrix.py"), "--quick", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, f"{result.stdout[-4000:]}\n{result.stderr[-4000:]}"
+    return result.stdout, json.loads(out.read_text())
+
+
+def test_the_matrix_has_every_api_container_and_kind():
+    assert len(matrix.CELLS) == len(matrix.APIS) * len(matrix.CONTAINERS) * len(matrix.KINDS)
+    assert len(set(matrix.CELLS)) == len(matrix.CELLS) == 45
+
+
+def test_quick_mode_prints_and_records_every_cell_beside_its_peer(quick_run):
+    stdout, results = quick_run
+    tables = [t for t in results if t.startswith(("eager", "compiled"))]
+    assert tables == ["eager", "compiled aot_eager"]
+    for table in tables:
+        for leaves, row in results[table].items():
+            for cell in matrix.CELLS:
+                assert row[cell]["ratio"] > 0, (table, leaves, cell)
+                assert row[cell]["us"] > 0
+            peers = [name for name in row if name not in matrix.CELLS]
+            assert peers, f"{table} @ {leaves}: no peer beside the cells"
+    for cell in matrix.CELLS:
+        assert stdout.count(f"  {cell} ") >= 3, cell  # eager at two sizes, compiled at one
+    compiled = results["compiled aot_eager"]["4"]
+    assert all(compiled[cell]["guard_us"] > 0 for cell in matrix.CELLS)  # no recompile
+    assert set(results["guards"]) == {"4", "16"}
+    assert results["extremes"]["compiled aot_eager @ 4"]["slowest"][0] in matrix.CELLS
+
+
+def test_the_markdown_tables_have_a_row_per_cell(quick_run):
+    _, results = quick_run
+    text = matrix.markdown(results)
+    for cell in matrix.CELLS:
+        row = next(
+            line
+            for line in text.splitlines()
+            if line.startswith(f"| {cell.replace(' | ', ' · ')} |")
+        )
+        assert row.count("|") == 6  # the cell; eager at two sizes, compiled, compile ratio
+    assert "| guard check per call | 4 | 16 |" in text

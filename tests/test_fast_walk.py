@@ -1,0 +1,73 @@
+"""The eager fast walk (``_flatten.flatten_eager``) takes nested dicts and TensorDictParams
+as well as exact TensorDicts: the same values in the same order, one signature (so one
+plan) per key structure whatever the container, and the generic walk for what it cannot
+read (dotted names, names that are not strings)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support import assert_same_state, state, swap_lane  # noqa: F401  (swap_lane: a fixture)
+from torch import nn
+
+import fcall
+from fcall import _flatten
+
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
+
+def model() -> nn.Module:
+    return nn.Sequential(nn.Linear(2, 3), nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 2)))
+
+
+def test_nested_dict_and_tensordictparams_read_as_the_tensordict_does():
+    td = fcall.from_module(model()).detach().clone()
+    reference = _flatten.flatten_eager(td, "swap")
+    nested = td.to_dict()
+    params = fcall.TensorDictParams(td.clone())
+    for container in (nested, params):
+        leaves = _flatten.flatten_eager(container, "swap")
+        assert leaves.signature == reference.signature
+        assert leaves.keys == reference.keys == _flatten.flatten_generic(container, "swap").keys
+    assert all(
+        a is b for a, b in zip(_flatten.flatten_eager(nested, "swap").values, reference.values)
+    )
+    expected = list(params._param_td.values(True, True))
+    assert all(a is b for a, b in zip(_flatten.flatten_eager(params, "swap").values, expected))
+
+
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"0.weight": torch.ones(3, 2)},
+        {"1": {"0.weight": torch.ones(2, 3)}},
+        {("1", "0"): {"weight": torch.ones(2, 3)}},
+        {"0": {"weight": None}},
+    ],
+    ids=["dotted root", "dotted nested", "tuple name", "None value"],
+)
+def test_dicts_the_fast_walk_cannot_read_take_the_generic_walk(params):
+    leaves = _flatten.flatten_eager(params, "swap")
+    generic = _flatten.flatten_generic(params, "swap")
+    assert leaves.signature == generic.signature == tuple(generic.keys)
+    assert leaves.values == generic.values
+
+
+def test_one_module_swapped_with_each_container_in_turn():
+    m = model()
+    before = state(m)
+    td = fcall.from_module(m).detach().clone().apply(lambda t: t + 1)
+    x = torch.randn(4, 2)
+    expected = torch.func.functional_call(m, dict(td.flatten_keys(".").items()), (x,))
+    containers = [td, td.to_dict(), fcall.TensorDictParams(td.clone()), td.to_dict()]
+    for _ in range(3):
+        for params in containers:
+            with fcall.swap(params, m):
+                torch.testing.assert_close(m(x), expected)
+            assert_same_state(m, before)
+            with fcall.to_module(params, m):
+                assert isinstance(m[0].weight, nn.Parameter)
+                torch.testing.assert_close(m(x), expected)
+            assert_same_state(m, before)
+            torch.testing.assert_close(fcall.functional_call(m, params, (x,)), expected)
+            assert_same_state(m, before)

@@ -1,0 +1,105 @@
+"""``to_module(preserve_module_state=True)`` with plain tensors: every block gets Parameters
+of its own. The conversion is fast-pathed in eager (``torch.Tensor._make_subclass``, what
+``nn.Parameter`` runs for a plain tensor), and nothing is cached between blocks: these tests
+show that gradients, hooks, attributes, ``requires_grad`` and ``.data`` of one block's
+Parameter never reach the next block, with the same values swapped in again."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from support import assert_same_state, state, swap_lane  # noqa: F401  (swap_lane: a fixture)
+from torch import nn
+
+import fcall
+
+pytestmark = pytest.mark.usefixtures("swap_lane")
+
+
+def plain_values(m: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: t.detach().clone() for name, t in m.named_parameters()}
+
+
+def test_each_block_gets_new_parameters_that_alias_the_values():
+    m = nn.Linear(3, 2)
+    m.bias.requires_grad_(False)
+    before = state(m)
+    values = plain_values(m)
+    seen = []
+    for _ in range(3):  # the express lane takes over after the first swap (swap_lane)
+        with fcall.to_module(values, m):
+            assert type(m.weight) is nn.Parameter and m.weight.requires_grad
+            assert type(m.bias) is nn.Parameter and not m.bias.requires_grad
+            assert m.weight.data_ptr() == values["weight"].data_ptr()  # no copy
+            assert m.weight._version == values["weight"]._version  # one version counter
+            seen.append(m.weight)
+        assert_same_state(m, before)
+    assert len({id(p) for p in seen}) == 3
+    reference = nn.Parameter(values["weight"], requires_grad=True)
+    for p in seen:  # what nn.Parameter makes of the same tensor
+        assert type(p) is type(reference) and p.is_leaf and p.grad_fn is None
+        assert p.is_set_to(reference) and p.requires_grad is reference.requires_grad
+
+
+def test_gradients_of_one_block_do_not_reach_the_next():
+    m = nn.Linear(3, 2)
+    values = plain_values(m)
+    x = torch.randn(4, 3)
+    with fcall.to_module(values, m):
+        m(x).sum().backward()
+        first, first_grad = m.weight, m.weight.grad.clone()
+    pending = None
+    with fcall.to_module(values, m):
+        assert m.weight is not first and m.weight.grad is None
+        pending = m(x).sum() * 3  # a graph of this block, run after the next one starts
+    with fcall.to_module(values, m):
+        pending.backward()  # accumulates into the second block's Parameter only
+        assert m.weight.grad is None
+        m(x).sum().backward()
+        torch.testing.assert_close(m.weight.grad, first_grad)
+    torch.testing.assert_close(first.grad, first_grad)  # the first block's is untouched
+    assert values["weight"].grad is None and not values["weight"].requires_grad
+    assert m.weight.grad is None  # the module's own Parameter
+
+
+def test_changes_to_a_blocks_parameter_do_not_reach_the_next_block():
+    m = nn.Linear(3, 2)
+    values = plain_values(m)
+    fired = []
+    with fcall.to_module(values, m):
+        m.weight.register_hook(lambda g: fired.append(g))
+        m.weight.tag = "first block"
+        m.weight.data = torch.zeros(2, 3)  # the Parameter no longer aliases the value
+        m.bias.requires_grad_(False)
+    with fcall.to_module(values, m):
+        assert not hasattr(m.weight, "tag")
+        assert m.weight.data_ptr() == values["weight"].data_ptr()
+        torch.testing.assert_close(m.weight.detach(), values["weight"])
+        assert m.bias.requires_grad  # the module's own bias requires grad
+        m(torch.randn(1, 3)).sum().backward()
+    assert fired == []
+
+
+def test_restore_is_exact_and_the_values_stay_plain():
+    m = nn.Linear(3, 2)
+    before = state(m)
+    values = plain_values(m)
+    kept = {k: (v, v.requires_grad, type(v)) for k, v in values.items()}
+    for _ in range(2):
+        with fcall.to_module(values, m) as old:
+            assert old["weight"] is before[0][3]  # the module's own weight
+        assert_same_state(m, before)
+    for name, (value, requires_grad, cls) in kept.items():
+        assert values[name] is value and value.requires_grad is requires_grad and type(value) is cls
+
+
+def test_an_integer_value_for_a_trainable_parameter_fails_as_nn_parameter_does():
+    m = nn.Linear(2, 2)
+    before = state(m)
+    bad = {"weight": torch.zeros(2, 2, dtype=torch.long), "bias": torch.zeros(2)}
+    with pytest.raises(RuntimeError) as ours:
+        fcall.to_module(bad, m)
+    with pytest.raises(RuntimeError) as peer:
+        nn.Parameter(bad["weight"], requires_grad=True)
+    assert str(peer.value) in str(ours.value)
+    assert_same_state(m, before)
