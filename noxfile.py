@@ -3,8 +3,7 @@
 Every session installs fcall with its stack's exact pins (``constraints/``) and runs the
 test command of README.md (``python -m pytest -q``). List them with ``nox -l``; run one with
 ``nox -s "tests(stack='torch2.14.1-td0.15.3')"``. The default stack is the one README.md and
-``constraints-ci.txt`` install. Stacks whose torch is not on the CI machines' disk (2.12.1,
-2.15.0) come from the package index: ``PIP_CONFIG_FILE=/dev/null`` lifts the local torch cap.
+``constraints-ci.txt`` install. The stack whose torch is not on the CI machines' disk (2.15.0) come from the package index: ``PIP_CONFIG_FILE=/dev/null`` lifts the local torch cap.
 """
 
 from __future__ import annotations
@@ -19,7 +18,6 @@ STACKS = {
     "default": ("constraints-ci.txt", (), False),
     "torch2.14.1-td0.15.3": ("constraints/torch2.14.1-td0.15.3.txt", (), False),
     "torch2.15.0-td0.15.3": ("constraints/torch2.15.0-td0.15.3.txt", (), True),
-    "torch2.12.1-td0.15.3": ("constraints/torch2.12.1-td0.15.3.txt", (), True),
     "torch2.13.0-td0.14.3-torchrl0.14.1": (
         "constraints/torch2.13.0-td0.14.3-torchrl0.14.1.txt",
         ("torchrl",),

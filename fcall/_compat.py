@@ -1,6 +1,6 @@
 """What differs between the torch and tensordict releases fcall supports.
 
-Supported: torch 2.12-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
+Supported: torch 2.13-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
 matrix). Every difference the package depends on lives here, each with the
 versions it names, so that the rest of fcall is written against one behaviour:
 tensordict 0.15.3's.
