@@ -18,6 +18,7 @@ from tensordict import TensorDictBase
 
 from ._compat import register_exit_op
 from ._engine import PRESERVE, REPLACE, Swap, reapply, restore
+from ._flatten import OldValues
 
 OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
 REDO_OP_NAME = "_fcall_to_module_redo"  # the record of an exact undo: the swap back on exit
@@ -33,7 +34,7 @@ def _reapply_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
     reapply(swap, current)
 
 
-def undone_by(params: Any, module: Any) -> Swap | None:
+def undone_by(params: Any, module: Any, traced: bool = False) -> Swap | None:
     """The swap that ``to_module(params, module)`` exactly undoes, if any.
 
     ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned, not
@@ -41,8 +42,22 @@ def undone_by(params: Any, module: Any) -> Swap | None:
     Restoring through the record puts every name back in its dict and in its
     place, which a generic swap cannot do for a parameter that a
     ``preserve_module_state=False`` swap had turned into a plain attribute.
+
+    ``traced`` (Dynamo is tracing): only fcall's own ``OldValues`` are asked. Reading
+    ``_last_op`` of any other TensorDict that comes into the compiled function (a
+    TensorDictParams, a TensorDict that tensordict's own ops marked) makes Dynamo
+    guard on it: absent from the object's ``__dict__`` (TensorDictBase has a class-level
+    ``None``), which tensordict's ``clear_refs_for_compile_()`` breaks by writing
+    ``_last_op = None`` there (one recompile, as TorchRL's losses call it after each
+    step). A ``swap_dest`` TensorDict swapped back in the trace then takes the generic
+    swap, which puts the same objects back into the same slots.
     """
-    last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
+    if traced:
+        last_op = params.__dict__.get("_last_op") if isinstance(params, OldValues) else None
+    elif isinstance(params, TensorDictBase):
+        last_op = getattr(params, "_last_op", None)
+    else:
+        last_op = None
     if not last_op or last_op[0] != OP_NAME:
         return None
     swap, owner = last_op[1][0]
