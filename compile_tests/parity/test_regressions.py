@@ -176,3 +176,29 @@ def test_generator_never_draws_a_batchnorm2d_eval_after_a_batchnorm2d_for_aot():
     }
     gen._no_bn2d_eval_after_bn2d(spec)
     assert [b.get("train") for _, b in gen.block_refs(spec)] == [False, None, True, None, False]
+
+
+def test_swap_dest_swapped_back_in_the_trace_is_an_exact_undo():
+    """Found by the deep profile (seed 4293882413): to_module(preserve_module_state=False)
+    into swap_dest moves a buffer that gets a Parameter into _parameters; swapping the
+    swap_dest back inside the same compiled step must undo that exactly, as in eager."""
+    spec = {
+        "body": {"children": [{"kind": "linear"}], "container": "seq"},
+        "buffers": "persistent",
+        "dtype": "float32",
+        "features": 2,
+        "frozen": [],
+        "heads": 1,
+        "seed": 0,
+        "tie": False,
+    }
+    kw = {
+        "inplace": None,
+        "non_blocking": False,
+        "preserve_module_state": False,
+        "swap_dest": "td",
+        "use_state_dict": True,
+    }
+    use = {"api": "to_module", "entry": "step", "form": "manual", "kw": kw, "vmap": False}
+    pspec = {"container": "tdparams", "drop_alias": False, "kinds": ["param"], "seed": 0}
+    checks.check_parity(spec, pspec, use, "eager")
