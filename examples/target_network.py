@@ -75,8 +75,9 @@ def main() -> None:
     twin, twin_target = copy.deepcopy(q_net), copy.deepcopy(q_net)
 
     # The target: a detached copy of the online parameters, registered as a module
-    # so that it moves with .to() and is saved by state_dict().
-    target = fcall.TensorDictParams(fcall.from_module(q_net).detach().clone())
+    # so that it moves with .to() and is saved by state_dict(). as_module=True keeps
+    # each entry's registration (a net with BatchNorm keeps its running stats buffers).
+    target = fcall.from_module(q_net, as_module=True).detach().clone()
     online = fcall.from_module(q_net)  # the online Parameters themselves, no copy
     own_parameters = list(q_net.parameters())
 

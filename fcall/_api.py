@@ -13,6 +13,7 @@ from torch import nn
 from . import _distributed, _errors, _express, _flatten
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
+from ._params import TensorDictParams
 from ._plan import Plan, StalePlan, build, forget, plan_for
 from ._traced import plan_while_tracing
 
@@ -246,20 +247,31 @@ def functional_call(
         restore(swapped)
 
 
-def from_module(module: nn.Module) -> TensorDict:
+def from_module(module: nn.Module, *, as_module: bool = False) -> TensorDict | TensorDictParams:
     """A TensorDict of the parameters and buffers of ``module``, with nested keys.
 
     The leaves are the module's own tensors (no copy). Tied names appear once per
     name, sharing one tensor, and non-persistent buffers are included.
 
+    With ``as_module=True`` (tensordict's ``TensorDict.from_module(m, as_module=True)``) the
+    result is a :class:`fcall.TensorDictParams` that registers each entry as the module
+    does: parameters as parameters, buffers (BatchNorm's running stats) as buffers. Copy it
+    with ``.detach().clone()`` (or ``.clone()`` to keep ``requires_grad``): copies keep each
+    entry's registration. As tensordict's, it has ``no_convert=True``: entries set later
+    become buffers.
+
     Examples:
         >>> from torch import nn
         >>> import fcall
-        >>> params = fcall.from_module(nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4)))
+        >>> net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+        >>> params = fcall.from_module(net)
         >>> sorted(params.keys(include_nested=True, leaves_only=True))[:3]
         [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
         >>> params["0", "weight"].shape
         torch.Size([4, 3])
+        >>> target = fcall.from_module(net, as_module=True).detach().clone()
+        >>> len(list(target.parameters())), len(list(target.buffers()))
+        (4, 3)
     """
     _check_module(module, "fcall.from_module")
     keys, values = [], []
@@ -267,7 +279,13 @@ def from_module(module: nn.Module) -> TensorDict:
         for name, tensor in named(remove_duplicate=False):
             keys.append(tuple(name.split(".")))
             values.append(tensor)
-    return _flatten.to_tensordict(keys, values)
+    td = _flatten.to_tensordict(keys, values)
+    if not as_module:
+        return td
+    # "skip": registered by type, nothing converted (the module's own tensors stay in).
+    out = TensorDictParams(td, no_convert="skip")
+    object.__setattr__(out, "no_convert", True)
+    return out
 
 
 def _swap_in(

@@ -15,10 +15,13 @@ tensordict 0.15.3's.
 * ``BufferLegacy``: the buffer class that keeps the autograd history of the tensor it
   marks, ``tensordict.utils._BufferLegacy`` in 0.15, ``tensordict.utils.BufferLegacy``
   in 0.14.
+* ``validate_value``: ``TensorDictBase._validate_value`` takes the key (for its error
+  message) in 0.15, not in 0.14.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -26,12 +29,23 @@ import tensordict.base as _td_base
 from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 
-__all__ = ["BufferLegacy", "register_exit_op", "undone_on_error"]
+__all__ = ["BufferLegacy", "register_exit_op", "undone_on_error", "validate_value"]
 
 try:  # tensordict >= 0.15
     from tensordict.utils import _BufferLegacy as BufferLegacy
 except ImportError:  # tensordict 0.14.x
     from tensordict.utils import BufferLegacy  # type: ignore[attr-defined,no-redef]
+
+# tensordict >= 0.15: _validate_value(..., key=) names the key in its errors.
+_VALIDATE_TAKES_KEY = "key" in inspect.signature(TensorDictBase._validate_value_generic).parameters
+
+
+def validate_value(td: TensorDictBase, value: Any, key: str) -> Any:
+    """``value`` as ``td`` would store it at ``key`` (device, batch size checked)."""
+    if _VALIDATE_TAKES_KEY:
+        return td._validate_value(value, check_shape=True, key=key)
+    return td._validate_value(value, check_shape=True)
+
 
 # tensordict >= 0.15: the ops that TensorDict.__exit__ undoes when the block raises.
 _TD_UNDOES_ON_ERROR = hasattr(_td_base, "_UNDO_ON_ERROR_OPS")

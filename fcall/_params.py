@@ -6,18 +6,11 @@ Design (see docs/tensordictparams.md for the long form):
   that forward to the wrapped TensorDict (``_param_td``) and is an instance of both
   ``TensorDictBase`` and ``nn.Module``. It overrides the paths that break under
   ``torch.compile`` or misbehave eagerly: construction, every write, reads, locking, copies.
-* Writes never enter ``with td.unlock_():`` (an unsupported context manager for Dynamo) and never
-  call ``type()`` on a freshly built ``nn.Parameter`` (crashes Dynamo with ``SYNTHETIC_LOCAL``):
-  the converted leaf goes straight in through ``_set_str(..., validated=True, ignore_lock=True)``
-  and only its own name is (un)registered, no full rescan.
-* The lock lives on the wrapped TensorDict alone: ``lock=True`` / ``lock_()`` lock it and
-  ``is_locked`` reports it. Writes through the TensorDictParams bypass it on purpose (the spec).
-* Nested TensorDicts are read back as cached *views* (TensorDictParams objects over the sub-tree
-  that share the root's hooks and write through the root), so ``p["a"]["b"]`` runs the get-post
-  hooks and ``p["a"]["b"] = x`` registers ``"a.b"``. Views are not submodules.
-* Under compile, converting a tensor created inside the graph to ``nn.Parameter`` graph-breaks
-  (``config.graph_break_on_nn_param_ctor``); construction therefore converts all leaves in one
-  ``torch._dynamo.disable``-d helper: one graph break at most, whatever the number of leaves.
+* Split along its ideas: the registration rules, tensordict's (``_params_rules.py``); how it is
+  built, traced in the graph under Dynamo or in one untraced call (``_params_build.py``); the
+  wrapped tree, its registration, writes and nested views (``_params_tree.py``); locking
+  (``_params_lock.py``); copies that keep each entry's registration (``_params_copies.py``).
+  This module holds the class: construction and the public read and write methods.
 """
 
 from __future__ import annotations
@@ -27,67 +20,21 @@ from typing import Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.base import _is_tensor_collection
+from tensordict.base import NO_DEFAULT, _is_tensor_collection
 from tensordict.nn import TensorDictParams as _TDParamsBase
+from tensordict.utils import is_non_tensor
 from torch import nn
-from torch.compiler import is_compiling
-from torch.nn.parameter import Buffer
+from torch.compiler import is_dynamo_compiling
 
-from ._compat import BufferLegacy
+from ._params_build import build_untraced
+from ._params_copies import Copies
+from ._params_lock import Locking
+from ._params_rules import SKIP, check_mode, convert_tree, lock_tree
+from ._params_tree import ParamsTree, module_init
 
 __all__ = ["TensorDictParams"]
 
-_PARAM_DTYPES = (torch.float16, torch.float32, torch.float64)
 _MISSING = object()
-
-
-def _is_registered(value: Any) -> bool:
-    # isinstance only: `type(p)` on a Parameter built in the graph crashes Dynamo.
-    return isinstance(value, (nn.Parameter, Buffer, BufferLegacy))
-
-
-def _convert_leaf(value: Any, no_convert: bool) -> Any:
-    """The registration rule: float16/32/64 -> Parameter, any other tensor -> buffer."""
-    if not isinstance(value, torch.Tensor) or _is_registered(value):
-        return value
-    if not no_convert and value.dtype in _PARAM_DTYPES:
-        return nn.Parameter(value)
-    return Buffer(value)
-
-
-def _convert_tree(td: TensorDictBase, no_convert: bool) -> None:
-    """Converts the leaves of ``td`` in place (the spec: wraps without copying)."""
-    if not isinstance(td, TensorDict):
-        raise TypeError(
-            f"fcall.TensorDictParams: expected a TensorDict (or dict) of tensors, got a "
-            f"{type(td).__name__}. Convert it first with `.to_tensordict()`."
-        )
-    for key, value in list(td._tensordict.items()):
-        if _is_tensor_collection(type(value)):
-            _convert_tree(value, no_convert)
-            continue
-        new = _convert_leaf(value, no_convert)
-        if new is not value:
-            td._set_str(key, new, inplace=False, validated=True, ignore_lock=True)
-
-
-@torch._dynamo.disable
-def _build_untraced(obj: Any, parameters: Any, no_convert: bool, lock: bool, kwargs: dict) -> None:
-    # Dynamo graph-breaks at _construct_eagerly and, unable to resume inside a constructor,
-    # runs the whole `TensorDictParams(...)` call eagerly, with its frame hook still on: every
-    # helper called from here would be compiled as a frame of its own (with no_convert=True
-    # Buffer(value) is a graph, and the next dtype a recompile). Disabled: nothing inside is.
-    obj._build(parameters, no_convert, lock, kwargs)
-
-
-@torch._dynamo.disable
-def _construct_eagerly(cls: type, args: tuple, kwargs: dict) -> Any:
-    # Dynamo cannot build this nn.Module in the graph: `nn.Parameter(t)` on a tensor made in the
-    # graph breaks once per leaf, and a break inside __init__ leaves an "Uninitialized nn.Module"
-    # that breaks again. Building the whole object here costs exactly one graph break.
-    obj = cls(*args, **kwargs)
-    object.__setattr__(obj, "_built_outside_graph", True)
-    return obj
 
 
 def _as_key(index: Any) -> tuple[str, ...] | None:
@@ -98,22 +45,17 @@ def _as_key(index: Any) -> tuple[str, ...] | None:
     return None
 
 
-def _refresh_schema(td: TensorDictBase) -> None:
-    # A locked TensorDict caches its key set; a write that bypasses the lock must refresh it.
-    td._erase_cache()
-    if td._is_locked and isinstance(td, TensorDict):
-        td._build_lock_schema()
-
-
-class TensorDictParams(_TDParamsBase):
+class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
     r"""A TensorDict whose entries are registered as the parameters and buffers of an nn.Module.
 
     Float16/32/64 tensors become :class:`~torch.nn.Parameter`, tensors of any other dtype
     become buffers (all of them with ``no_convert=True``); entries set later follow the same
-    rule. It wraps the TensorDict it is given without a copy, so entries added to that
-    TensorDict directly after construction show through indexing but not in ``parameters()``:
-    write through the TensorDictParams, or pass ``lock=True``. ``lock=True`` locks the wrapped
-    TensorDict (``is_locked`` is then True); writes through the TensorDictParams still work.
+    rule, and non-tensor data stays unregistered. ``no_convert="skip"`` converts nothing: a
+    Parameter registers as a parameter, any other tensor as a buffer. It wraps the TensorDict it
+    is given without a copy, so entries added to that TensorDict directly after construction
+    show through indexing but not in ``parameters()``: write through the TensorDictParams, or
+    pass ``lock=True``. ``lock=True`` locks the wrapped TensorDict; writes through the
+    TensorDictParams still work (``lock_()`` blocks them too, as in tensordict).
 
     Examples:
         >>> import torch
@@ -143,29 +85,24 @@ class TensorDictParams(_TDParamsBase):
         ['params.half']
     """
 
-    _built_outside_graph = False
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> TensorDictParams:
-        if is_compiling():
-            return _construct_eagerly(cls, args, kwargs)
-        return super().__new__(cls)
-
     def __init__(
         self,
         parameters: TensorDictBase | dict | None = None,
         *,
-        no_convert: bool = False,
+        no_convert: bool | str = False,
         lock: bool = False,
         **kwargs: Any,
     ) -> None:
-        if is_compiling() and self._built_outside_graph:
-            return  # __new__ built it (Dynamo still calls __init__ on what __new__ returns)
-        _build_untraced(self, parameters, bool(no_convert), lock, kwargs)
+        if is_dynamo_compiling():
+            self._build(parameters, no_convert, lock, kwargs)  # traced: see _params_build
+        else:
+            build_untraced(self, parameters, no_convert, lock, kwargs)
 
     def _build(
-        self, parameters: TensorDictBase | dict | None, no_convert: bool, lock: bool, kwargs: dict
+        self, parameters: TensorDictBase | dict | None, no_convert: Any, lock: bool, kwargs: dict
     ) -> None:
-        nn.Module.__init__(self)
+        module_init(self)
+        mode = check_mode(no_convert)
         if parameters is None:
             parameters = TensorDict(kwargs) if kwargs else TensorDict()
         elif kwargs:
@@ -176,7 +113,9 @@ class TensorDictParams(_TDParamsBase):
             )
         elif isinstance(parameters, _TDParamsBase):
             # Share the leaves, not the key set: writes through one must not change the other.
-            parameters = parameters._param_td.copy()
+            # tensordict: the registration is kept as it is (no_convert="skip").
+            parameters, mode = parameters._param_td.copy(), SKIP
+            lock_tree(parameters)  # tensordict: `parameters._param_td.copy().lock_()`
         elif isinstance(parameters, dict):
             parameters = TensorDict(parameters)
         elif not isinstance(parameters, TensorDictBase):
@@ -184,145 +123,28 @@ class TensorDictParams(_TDParamsBase):
                 "fcall.TensorDictParams: `parameters` must be a TensorDict, a dict or None, "
                 f"got {type(parameters).__name__}."
             )
-        _convert_tree(parameters, no_convert)
-        self._init_state(parameters, no_convert, None, ())
+        convert_tree(parameters, mode)
+        self._init_state(parameters, mode, None, ())
         self._register_tree((), parameters)
         if lock:
             self._lock_content_td()
         self._build_views()
 
-    def _build_views(self) -> None:
-        # Built eagerly so that reading a nested TensorDict under compile finds its view ready
-        # (building a Module in the graph would graph-break).
-        for key, value in self._param_td.items(True, False):
-            if isinstance(value, TensorDict):
-                self._view((key,) if isinstance(key, str) else key, value)
+    def named_modules(
+        self, memo: set | None = None, prefix: str = "", remove_duplicate: bool = True
+    ) -> Iterator[tuple[str, nn.Module]]:
+        """As ``nn.Module``'s, without hashing ``self`` when it has no submodules (it has none:
+        views are not submodules), which ``parameters()`` and ``buffers()`` go through.
 
-    def _init_state(
-        self,
-        param_td: TensorDictBase,
-        no_convert: bool,
-        root: TensorDictParams | None,
-        prefix: tuple[str, ...],
-    ) -> None:
-        # object.__setattr__: a Module value (the root) must not become a submodule.
-        set_ = object.__setattr__
-        set_(self, "_param_td", param_td)
-        set_(self, "no_convert", no_convert)
-        set_(self, "_lock_content", False)
-        set_(self, "_locked_tensordicts", [])
-        set_(self, "_root_ref", root)
-        set_(self, "_prefix", prefix)
-        set_(self, "_views", {} if root is None else None)
-        set_(self, "_get_post_hook", [] if root is None else root._get_post_hook)
-
-    # ------------------------------------------------------------------ registration
-    @property
-    def _root(self) -> TensorDictParams:
-        root = self._root_ref
-        return self if root is None else root
-
-    def _register_leaf(self, name: str, value: Any) -> None:
-        if isinstance(value, nn.Parameter):
-            self._buffers.pop(name, None)
-            self._parameters[name] = value
-        elif isinstance(value, torch.Tensor):
-            self._parameters.pop(name, None)
-            self._buffers[name] = value
-
-    def _unregister(self, name: str, old: Any) -> None:
-        if _is_tensor_collection(type(old)):
-            for key in old.keys(True, True):
-                sub = key if isinstance(key, str) else ".".join(key)
-                self._parameters.pop(f"{name}.{sub}", None)
-                self._buffers.pop(f"{name}.{sub}", None)
-        else:
-            self._parameters.pop(name, None)
-            self._buffers.pop(name, None)
-
-    def _register_tree(self, key: tuple[str, ...], value: Any) -> None:
-        if isinstance(value, torch.Tensor):
-            self._register_leaf(".".join(key), value)
-        elif _is_tensor_collection(type(value)):
-            for sub_key, leaf in value.items(True, True):
-                sub = (sub_key,) if isinstance(sub_key, str) else sub_key
-                self._register_leaf(".".join(key + sub), leaf)
-
-    def _owners(self, full: tuple[str, ...]) -> Iterator[tuple[TensorDictParams, tuple[str, ...]]]:
-        """The root and every cached view above ``full``, with the key relative to each."""
-        root = self._root
-        yield root, full
-        for prefix, view in root._views.items():
-            if len(prefix) < len(full) and full[: len(prefix)] == prefix:
-                yield view, full[len(prefix) :]
-
-    def _parent_of(self, full: tuple[str, ...], create: bool) -> TensorDictBase:
-        parent = self._root._param_td
-        for i, part in enumerate(full[:-1]):
-            sub = parent._get_str(part, None)
-            if sub is None and create:
-                sub = parent.empty()
-                if parent._is_locked:
-                    sub._propagate_lock(is_compiling=is_compiling())
-                parent._set_str(part, sub, inplace=False, validated=True, ignore_lock=True)
-                _refresh_schema(parent)
-            elif sub is None or not _is_tensor_collection(type(sub)):
-                what = "is missing" if sub is None else "is a leaf, not a nested TensorDict"
-                raise KeyError(
-                    f"fcall.TensorDictParams: cannot reach {full!r}: {full[: i + 1]!r} {what}."
-                )
-            parent = sub
-        return parent
-
-    def _write(self, key: tuple[str, ...], value: Any) -> None:
-        root = self._root
-        if value is self or value is root:
-            raise ValueError(
-                f"fcall.TensorDictParams: cannot set {key!r} to the TensorDictParams itself."
-            )
-        full = self._prefix + key
-        parent = self._parent_of(full, create=True)
-        last = full[-1]
-        if isinstance(value, dict):
-            value = TensorDict(value, batch_size=parent.batch_size, device=parent.device)
-        elif isinstance(value, _TDParamsBase):
-            value = value._param_td
-        if _is_tensor_collection(type(value)):
-            _convert_tree(value, root.no_convert)
-        elif isinstance(value, torch.Tensor):
-            if not _is_registered(value):
-                value = parent._validate_value(value, check_shape=True, key=last)
-            value = _convert_leaf(value, root.no_convert)
-        else:
-            raise TypeError(
-                f"fcall.TensorDictParams: the value for {full!r} must be a tensor, a dict or a "
-                f"TensorDict, got {type(value).__name__}."
-            )
-        old = parent._get_str(last, _MISSING)
-        parent._set_str(last, value, inplace=False, validated=True, ignore_lock=True)
-        _refresh_schema(parent)
-        for owner, rel in self._owners(full):
-            name = ".".join(rel)
-            if old is not _MISSING:
-                owner._unregister(name, old)
-            owner._register_tree(rel, value)
-        if not is_compiling() and (len(full) > 1 or isinstance(value, TensorDict)):
-            root._build_views()
-
-    def _remove(self, key: tuple[str, ...]) -> Any:
-        full = self._prefix + key
-        parent = self._parent_of(full, create=False)
-        old = parent._get_str(full[-1], _MISSING)
-        if old is _MISSING:
-            raise KeyError(f"fcall.TensorDictParams: no entry {full!r} to remove.")
-        if isinstance(parent, TensorDict):
-            del parent._tensordict[full[-1]]
-        else:  # pragma: no cover - other TensorDict types keep their own lock rules
-            parent.del_(full[-1])
-        _refresh_schema(parent)
-        for owner, rel in self._owners(full):
-            owner._unregister(".".join(rel), old)
-        return old
+        tensordict's ``__hash__`` is ``hash((id(self), id(self._param_td)))``: Dynamo guards
+        on the id of an object it hashes that way (``___check_obj_id``), so one built in a
+        compiled function before a graph break, or passed in fresh, recompiled on every call
+        that asked for its ``parameters()``.
+        """
+        if memo is not None or self._modules:
+            yield from super().named_modules(memo, prefix, remove_duplicate)
+            return
+        yield prefix, self
 
     # ------------------------------------------------------------------ writes
     def __setitem__(self, index: Any, value: Any) -> None:  # type: ignore[override]
@@ -370,11 +192,12 @@ class TensorDictParams(_TDParamsBase):
         self._remove(nested)
         return self
 
-    def pop(self, key: Any, default: Any = _MISSING) -> Any:  # type: ignore[override]
+    def pop(self, key: Any, default: Any = NO_DEFAULT) -> Any:  # type: ignore[override]
         nested = _as_key(key)
         if nested is None:
             raise TypeError(f"fcall.TensorDictParams.pop: expected a str or tuple key, got {key!r}")
-        if default is not _MISSING and nested not in self._param_td.keys(True):
+        # NO_DEFAULT is tensordict's "no default" marker (split_keys(strict=True) passes it).
+        if default is not NO_DEFAULT and nested not in self._param_td.keys(True):
             return default
         return self._remove(nested)
 
@@ -393,34 +216,14 @@ class TensorDictParams(_TDParamsBase):
             )
         self._get_post_hook.append(hook)
 
-    def _apply_get_post_hook(self, val: Any) -> Any:
-        root = self._root
-        for hook in self._get_post_hook:
-            new_val = hook(root, val)
-            if new_val is not None:
-                val = new_val
-        return val
-
-    def _view(self, key: tuple[str, ...], sub: TensorDictBase) -> TensorDictParams:
-        root = self._root
-        full = self._prefix + key
-        view = root._views.get(full)
-        if view is None or view._param_td is not sub:
-            view = object.__new__(type(self))
-            nn.Module.__init__(view)
-            view._init_state(sub, root.no_convert, root, full)
-            view._register_tree((), sub)
-            root._views[full] = view
-        return view
-
     def _wrap_read(self, key: tuple[str, ...], val: Any) -> Any:
         # isinstance first: type() on a Parameter made in the graph crashes Dynamo.
         if isinstance(val, torch.Tensor):
             return self._apply_get_post_hook(val)
         if _is_tensor_collection(type(val)):
             if isinstance(val, TensorDict):
-                return self._view(key, val)
-            return val
+                return self._subview(key, val)
+            return val  # tensordict runs no hook on a tensor collection (NonTensorData too)
         return self._apply_get_post_hook(val)
 
     def __getitem__(self, index: Any) -> Any:
@@ -436,6 +239,10 @@ class TensorDictParams(_TDParamsBase):
                 f"fcall.TensorDictParams: no entry {index!r}; "
                 f"the keys are {sorted(self._param_td.keys())}."
             )
+        if not isinstance(val, torch.Tensor) and is_non_tensor(val):
+            # TensorDict's [] reads the data out, then the hooks run (is_non_tensor calls
+            # type(): never on a tensor, which may be a Parameter made in the graph)
+            return self._apply_get_post_hook(self._param_td[index])
         return self._wrap_read(key, val)
 
     def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
@@ -472,90 +279,5 @@ class TensorDictParams(_TDParamsBase):
         for key, value in super().items(include_nested, leaves_only, is_leaf, sort=sort):
             if isinstance(value, TensorDict):
                 nested = (key,) if isinstance(key, str) else key
-                value = self._view(nested, value)
+                value = self._subview(nested, value)
             yield key, value
-
-    # ------------------------------------------------------------------ locking
-    @property
-    def _is_locked(self) -> bool:  # type: ignore[override]
-        return self.__dict__["_param_td"]._is_locked
-
-    @_is_locked.setter
-    def _is_locked(self, value: bool) -> None:
-        # The lock lives on the wrapped TensorDict: see _propagate_lock / _propagate_unlock.
-        pass
-
-    @property
-    def is_locked(self) -> bool:  # type: ignore[override]
-        """True when the wrapped TensorDict is locked (``lock=True`` or ``lock_()``)."""
-        return self._param_td._is_locked
-
-    @is_locked.setter
-    def is_locked(self, value: bool) -> None:
-        if value:
-            self.lock_()
-        else:
-            self.unlock_()
-
-    def _lock_content_td(self) -> None:
-        object.__setattr__(self, "_lock_content", True)
-        td = self._param_td
-        if not td._is_locked:
-            comp = is_compiling()
-            # Not td.lock_(): it warns under compile, and warnings.warn is not traceable.
-            td._propagate_lock(is_compiling=comp)
-
-    def _propagate_lock(self, _lock_parents_weakrefs: Any = None, *, is_compiling: bool) -> None:
-        self._lock_content_td()
-
-    def _propagate_unlock(self) -> list:
-        object.__setattr__(self, "_lock_content", False)
-        td = self._param_td
-        if td._is_locked:
-            td.unlock_()
-        return []
-
-    # ------------------------------------------------------------------ copies and conversions
-    def _new_like(self, param_td: TensorDictBase) -> TensorDictParams:
-        out = type(self)(param_td, no_convert=self.no_convert)
-        out._get_post_hook.extend(self._get_post_hook)
-        if self._lock_content:
-            out._lock_content_td()
-        return out
-
-    def _clone(self, recurse: bool = True) -> TensorDictParams:  # type: ignore[override]
-        if not recurse:
-            return self._new_like(self._param_td.copy())
-        memo: dict[int, torch.Tensor] = {}
-
-        def clone(t: torch.Tensor) -> torch.Tensor:
-            out = memo.get(id(t))
-            if out is None:
-                if isinstance(t, nn.Parameter):
-                    out = nn.Parameter(t.data.clone(), requires_grad=t.requires_grad)
-                else:
-                    out = Buffer(t.data.clone())
-                memo[id(t)] = out
-            return out
-
-        return self._new_like(self._param_td.apply(clone))
-
-    def __deepcopy__(self, memo: dict) -> TensorDictParams:
-        return self._clone(recurse=True)
-
-    def __copy__(self) -> TensorDictParams:
-        return self._clone(recurse=False)
-
-    def _from_converted(self, params: TensorDictBase) -> TensorDictParams:  # type: ignore[override]
-        out = super()._from_converted(params)
-        return self._new_like(out._param_td)
-
-    def _apply(self, fn: Callable, recurse: bool = True) -> TensorDictParams:
-        out = super()._apply(fn, recurse=recurse)
-        if self._views is not None:
-            self._views.clear()
-            self._build_views()
-        return out
-
-    def __repr__(self) -> str:
-        return f"TensorDictParams(params={self._param_td})"

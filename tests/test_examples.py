@@ -14,6 +14,7 @@ GUIDES = [
     "maml.py",
     "checkpoint_sweep.py",
     "compiled_training_loop.py",
+    "torchrl_dqn_target.py",  # prints a line and exits 0 without torchrl
 ]
 
 

@@ -123,10 +123,11 @@ def test_state_dict_round_trip_and_to():
     assert p.to("cpu")["a"].device.type == "cpu"
 
 
-def test_deepcopy_keeps_the_type_the_registration_and_the_lock():
+def test_deepcopy_keeps_the_type_and_the_registration_not_the_lock():
     p = TensorDictParams(a=torch.randn(2), n={"b": torch.randn(3)}, lock=True)
     c = copy.deepcopy(p)
-    assert type(c) is TensorDictParams and c.is_locked
+    # tensordict: copies are not locked (see test_locking_matches_tensordict)
+    assert type(c) is TensorDictParams and not c.is_locked and not c._param_td.is_locked
     assert _names(c) == _names(p) and c["a"] is not p["a"]
     assert dict(c.named_parameters())["a"] is c["a"]
 
@@ -163,7 +164,7 @@ def test_wraps_without_copy_and_later_direct_adds_are_not_registered():
 def test_lock():
     td = TensorDict(a=torch.zeros(2), n={"b": torch.zeros(2)})
     p = TensorDictParams(td, lock=True)
-    assert p.is_locked and td.is_locked
+    assert not p.is_locked and td.is_locked  # tensordict: lock=True locks the content only
     with pytest.raises(RuntimeError, match="locked"):
         td["x"] = torch.zeros(2)
     with pytest.raises(RuntimeError, match="locked"):
@@ -175,8 +176,8 @@ def test_lock():
     assert td.is_locked and td["m"].is_locked and "x" in td.keys()
     with pytest.raises(RuntimeError, match="locked"):
         td["m"]["w"] = torch.zeros(2)
-    p.unlock_()
-    assert not p.is_locked and not td.is_locked
+    p.unlock_()  # tensordict: unlock_() keeps the lock=True content lock
+    assert not p.is_locked and td.is_locked
 
 
 # 7. hooks
@@ -226,3 +227,278 @@ def test_swap_and_functional_call_with_fcall():
         assert (net(x) == 0).all()
     assert not (net(x) == 0).all()
     assert (fcall.functional_call(net, p, (x,)) == 0).all()
+
+
+# ---------------------------------------------------------------- issue 16: tensordict's behaviour
+# Each test builds the same case with tensordict's own class and compares.
+from tensordict import LazyStackedTensorDict, NonTensorData  # noqa: E402
+from tensordict.nn import TensorDictParams as TDParams  # noqa: E402
+
+BOTH = pytest.mark.parametrize("cls", [TDParams, TensorDictParams], ids=["tensordict", "fcall"])
+
+
+def _registration(p) -> tuple[list, list]:
+    return _names(p), _names(p, "buffers")
+
+
+def _same(build):
+    """``build(cls)`` for both classes; the results must be equal."""
+    ours, theirs = build(TensorDictParams), build(TDParams)
+    assert ours == theirs
+    return ours
+
+
+def test_view_is_tensordicts_view_not_a_nested_read():
+    # fcall's nested-view helper used to be called _view, shadowing tensordict's _view(shape).
+    def build(cls):
+        v = cls(TensorDict(a=torch.zeros(4, 3), batch_size=[4])).view(2, 2)
+        return type(v).__name__, v.batch_size, v["a"].shape
+
+    assert _same(build) == ("TensorDict", torch.Size([2, 2]), torch.Size([2, 2, 3]))
+
+
+def test_split_keys_strict_and_pop_without_default_raise_key_error():
+    def build(cls):
+        p = cls(TensorDict(a=torch.zeros(3), b=torch.ones(3)))
+        with pytest.raises(KeyError, match="missing"):
+            p.split_keys(["a", "missing"], strict=True)
+        with pytest.raises(KeyError, match="missing"):
+            p.pop("missing")
+        default = object()
+        assert p.pop("missing", default) is default
+        q = cls(TensorDict(a=torch.zeros(3), b=torch.ones(3)))
+        out, rest = q.split_keys(["a", "missing"], strict=False)
+        return sorted(out.keys()), sorted(rest.keys()), "missing" in p.keys()
+
+    assert _same(build) == (["a"], ["b"], False)
+
+
+def test_non_tensor_values_are_kept_unregistered():
+    import numpy as np
+
+    def build(cls):
+        p = cls(TensorDict(a=torch.zeros(3), x=NonTensorData("hi"), n={"s": NonTensorData(1)}))
+        p["s"] = "text"
+        p["arr"] = np.zeros(3)  # becomes a tensor: tensordict registers it as a buffer
+        p["f"] = 1.5
+        reads = (p["x"], p["s"], p["n", "s"], p["arr"].dtype, float(p["f"]))
+        kinds = [type(p._param_td.get(k)).__name__ for k in ("x", "s", "arr", "f")]
+        q = cls({"a": torch.zeros(3), "arr": np.zeros(3), "s": "txt"})  # a dict: converted first
+        return reads, kinds, _registration(p), _registration(q), q["s"]
+
+    reads, kinds, regs, dict_regs, s = _same(build)
+    assert reads == ("hi", "text", 1, torch.float64, 1.5)
+    assert kinds == ["NonTensorData", "NonTensorData", "Tensor", "Tensor"]
+    assert regs == (["a"], ["arr", "f"]) and dict_regs == (["a", "arr"], []) and s == "txt"
+
+
+def test_non_tensor_value_read_runs_the_hooks_as_tensordict_does():
+    def build(cls):
+        p = cls(TensorDict(a=torch.zeros(3), x=NonTensorData("hi")))
+        seen = []
+        p.register_get_post_hook(lambda tdp, v: seen.append(type(v).__name__))
+        p["x"], p.get("x")
+        return seen
+
+    assert _same(build) == ["str"]
+
+
+def test_no_convert_keeps_the_gradient_of_a_non_leaf():
+    def build(cls):
+        w = nn.Parameter(torch.ones(3))
+        p = cls(TensorDict(w=w.expand(2, 3), i=torch.ones(3)), no_convert=True)
+        p["v"] = w * 3
+        (p["w"].sum() + p["v"].sum()).backward()
+        return w.grad.tolist(), _registration(p), p["i"].requires_grad
+
+    grad, regs, i_grad = _same(build)
+    assert grad == [5.0, 5.0, 5.0] and regs == ([], ["w", "i", "v"]) and not i_grad
+
+
+@pytest.mark.parametrize("nested", [False, True], ids=["root", "nested"])
+def test_lazy_stack_raises_tensordicts_runtime_error(nested):
+    def build(cls):
+        lazy = LazyStackedTensorDict(TensorDict(a=torch.zeros(3)), TensorDict(a=torch.ones(3)))
+        with pytest.raises(RuntimeError) as info:
+            cls(TensorDict(n=lazy) if nested else lazy)
+        return str(info.value)
+
+    assert "LazyStackedTensorDict within a TensorDictParams" in _same(build)
+
+
+# tensordict's lock_() warns when is_compiling() (export too); fcall's lock does not warn
+@pytest.mark.filterwarnings("ignore:Using lock_.. inside a compiled graph")
+def test_export_non_strict_builds_it_as_tensordict_does():
+    # torch.compiler.is_compiling() is True under export(strict=False), where nothing is
+    # traced: the constructor used to defer to itself until RecursionError.
+    def build(cls):
+        class M(nn.Module):
+            def forward(self, x):
+                p = cls(TensorDict(a=x, i=x.long()), lock=True)
+                return p["a"] * 2 + p["i"]
+
+        x = torch.arange(3.0)
+        ep = torch.export.export(M(), (x,), strict=False)
+        return ep.module()(x).tolist()
+
+    assert _same(build) == [0.0, 3.0, 6.0]
+
+
+def test_no_convert_skip_converts_nothing_and_registers_by_type():
+    def build(cls):
+        td = TensorDict(a=torch.zeros(3), i=torch.arange(3), w=nn.Parameter(torch.ones(2)))
+        p = cls(td, no_convert="skip")
+        stored = [isinstance(v, nn.Parameter) for v in td.values()]
+        p["later"] = torch.zeros(2)  # later writes: tensordict reads "skip" as truthy
+        return p.no_convert, stored, _registration(p), isinstance(p["later"], nn.Parameter)
+
+    assert _same(build) == ("skip", [False, False, True], (["w"], ["a", "i", "later"]), False)
+
+
+def test_a_tensordictparams_given_keeps_its_registration():
+    def build(cls):
+        src = cls(TensorDict(a=torch.zeros(3), b=torch.zeros(3)), no_convert="skip")
+        p = cls(src)
+        p["c"] = torch.zeros(3)  # the copy is locked, writes through the object still work
+        with pytest.raises(RuntimeError, match="locked"):
+            p._param_td["d"] = torch.zeros(3)
+        return _registration(p), p.no_convert, p.is_locked, sorted(src.keys())
+
+    assert _same(build) == (([], ["a", "b", "c"]), "skip", False, ["a", "b"])
+
+
+def test_locking_matches_tensordict():
+    import gc
+    import weakref
+
+    def build(cls):
+        out = []
+        td = TensorDict(a=torch.zeros(2), n={"b": torch.zeros(2)})
+        p = cls(td, lock=True)
+        # 1. is_locked is the object's own flag: lock=True locks the content only
+        out.append((p.is_locked, td.is_locked))
+        p["x"] = torch.zeros(2)  # writes through the object work
+        out.append("x" in p.keys())
+        # 2. clones are not locked
+        out.append([(c.is_locked, c._param_td.is_locked) for c in (p.clone(), copy.deepcopy(p))])
+        # 3. lock_() locks the object: writes through it raise, in place too
+        q = cls(TensorDict(a=torch.zeros(2), n={"b": torch.zeros(2)}))
+        q.lock_()
+        out.append((q.is_locked, q._param_td.is_locked))
+        for write in (
+            lambda: q.__setitem__("y", torch.zeros(2)),
+            lambda: q.set("a", torch.ones(2), inplace=True),
+            lambda: q.__delitem__("a"),
+            lambda: q.pop("a"),
+            lambda: q["n"].__setitem__("y", torch.zeros(2)),
+        ):
+            with pytest.raises(RuntimeError, match="Cannot modify locked TensorDict"):
+                write()
+        out.append(sorted(map(str, q.keys(True, True))))
+        q.set_("a", torch.ones(2))  # in-place writes into existing leaves work
+        out.append(q["a"].tolist())
+        q.unlock_()
+        out.append((q.is_locked, q._param_td.is_locked))
+        p.lock_()
+        p.unlock_()  # the lock=True content lock stays
+        out.append((p.is_locked, p._param_td.is_locked))
+        # 4. a nested read does not keep its locked root alive
+        r = cls(TensorDict(a=torch.zeros(2), n={"b": torch.zeros(2)}), lock=True)
+        sub, ref = r["n"], weakref.ref(r)
+        del r
+        gc.collect()
+        out.append((ref() is None, sub.is_locked))
+        sub.unlock_()  # the locked root is gone: the nested one may be unlocked
+        out.append(sub.is_locked)
+        return out
+
+    out = _same(build)
+    assert out[0] == (False, True) and out[2] == [(False, False), (False, False)]
+    assert out[3] == (True, True) and out[-2] == (True, True) and out[-1] is False
+
+
+# ---------------------------------------------------------------- from_module(as_module=True)
+def _bn_net() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.ReLU(), nn.Linear(4, 2))
+
+
+def test_from_module_as_module_registers_as_tensordicts_does():
+    import fcall
+
+    net = _bn_net()
+    ours, theirs = (
+        fcall.from_module(net, as_module=True),
+        TensorDict.from_module(net, as_module=True),
+    )
+    assert type(ours) is TensorDictParams
+    assert _registration(ours) == _registration(theirs)
+    assert _names(ours, "buffers") == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
+    assert ours.no_convert == theirs.no_convert is True
+    assert ours["1", "running_mean"] is net[1].running_mean and ours["0", "weight"] is net[0].weight
+    ours["later"] = torch.zeros(2)  # no_convert=True, as tensordict's: a buffer
+    assert "later" in _names(ours, "buffers")
+
+
+def test_wrapping_a_plain_from_module_makes_running_stats_parameters_as_in_tensordict():
+    # Why the recipes use as_module=True: a TensorDict does not say which leaf is a buffer.
+    import fcall
+
+    net = _bn_net()
+    ours = TensorDictParams(fcall.from_module(net).detach().clone())
+    theirs = TDParams(TensorDict.from_module(net).detach().clone())
+    assert len(_names(ours)) == len(_names(theirs)) == 8  # the net has 6
+
+
+@pytest.mark.parametrize(
+    "copy_of",
+    [
+        lambda p: p.detach(),
+        lambda p: p.clone(),
+        lambda p: p.detach().clone(),
+        lambda p: p.copy(),
+        lambda p: copy.deepcopy(p),
+        lambda p: TensorDictParams(p.data),
+        lambda p: TensorDictParams(p),
+    ],
+    ids=["detach", "clone", "detach-clone", "copy", "deepcopy", "wrap-data", "wrap"],
+)
+def test_copies_keep_each_entrys_registration(copy_of):
+    import fcall
+
+    net = _bn_net()
+    p = fcall.from_module(net, as_module=True)
+    c = copy_of(p)
+    assert type(c) is TensorDictParams and _registration(c) == _registration(p)
+    assert all(isinstance(v, nn.Parameter) for v in c.parameters())
+    assert not any(isinstance(v, nn.Parameter) for v in c.buffers())
+
+
+def test_detach_and_data_share_storage_and_drop_requires_grad():
+    import fcall
+
+    p = fcall.from_module(_bn_net(), as_module=True)
+    d = p.detach()
+    assert d["0", "weight"].data_ptr() == p["0", "weight"].data_ptr()
+    assert not d["0", "weight"].requires_grad and p["0", "weight"].requires_grad
+    assert type(p.data) is TensorDict
+    assert p.data["1", "running_mean"].data_ptr() == p["1", "running_mean"].data_ptr()
+    with torch.no_grad():
+        p.zero_()  # tensordict's in-place methods write through .data
+    assert (p["0", "weight"] == 0).all() and (p["1", "running_var"] == 0).all()
+
+
+def test_train_mode_swap_under_autograd_with_batchnorm():
+    import fcall
+
+    net = _bn_net().train()
+    own = [t.clone() for t in net.buffers()]
+    p = fcall.from_module(net, as_module=True).clone()
+    x = torch.randn(8, 3)
+    with fcall.swap(p, net):
+        net(x).sum().backward()
+    assert all(v.grad is not None for v in p.parameters())
+    assert all(t.grad is None for t in net.parameters())
+    assert not torch.equal(p["1", "running_mean"], own[0])  # the copy's stats were updated
+    assert all(torch.equal(a, b) for a, b in zip(net.buffers(), own))  # the net's were not
+    assert int(p["1", "num_batches_tracked"]) == 1

@@ -1,0 +1,129 @@
+"""TensorDictParams: copies and conversions that keep each entry's registration.
+
+``clone()``, ``copy()``, ``deepcopy``, ``detach()`` and ``to()`` return fcall's class (tensordict's
+own code would build its base class), with ``no_convert`` and the get-post hooks, unlocked
+(tensordict: copies are not locked). ``.data`` is a TensorDict whose buffers are ``Buffer``
+tensors, so wrapping it again registers each entry as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDictBase
+from torch import nn
+from torch.nn.parameter import Buffer
+
+from ._params_rules import SKIP, convert_leaf
+
+if TYPE_CHECKING:
+    from ._params import TensorDictParams
+
+__all__ = ["Copies"]
+
+
+def _marked_data(t: Any) -> Any:
+    if isinstance(t, nn.Parameter) or not isinstance(t, torch.Tensor):
+        return t.data
+    return Buffer(t.data)
+
+
+def _wrap_like(tensor: torch.Tensor, orig: torch.Tensor) -> torch.Tensor:
+    """A leaf that ``to()``, ``cpu()`` or ``cuda()`` returned, registered like the leaf
+    ``orig`` it replaces: a Parameter stays one, with its ``requires_grad``, unless its
+    dtype is no longer floating or complex; anything else becomes a buffer."""
+    if tensor is orig:
+        return tensor
+    if isinstance(orig, nn.Parameter) and (tensor.is_floating_point() or tensor.is_complex()):
+        return nn.Parameter(tensor, requires_grad=orig.requires_grad)
+    return convert_leaf(tensor, no_convert=True)
+
+
+class Copies:
+    """Mixin of fcall.TensorDictParams: its copies and conversions."""
+
+    def _new_like(self, param_td: TensorDictBase) -> TensorDictParams:
+        # The leaves are registered already ("skip"); copies are not locked (tensordict).
+        out = type(self)(param_td, no_convert=SKIP)
+        object.__setattr__(out, "no_convert", self.no_convert)
+        out._get_post_hook.extend(self._get_post_hook)
+        return out
+
+    def _copy_leaves(self, param: Callable, buffer: Callable) -> TensorDictParams:
+        """Each Parameter through ``param``, each buffer through ``buffer``, tied ones once."""
+        memo: dict[int, torch.Tensor] = {}
+
+        def copy_leaf(t: Any) -> Any:
+            if not isinstance(t, torch.Tensor):
+                return t
+            out = memo.get(id(t))
+            if out is None:
+                out = param(t) if isinstance(t, nn.Parameter) else buffer(t)
+                memo[id(t)] = out
+            return out
+
+        return self._new_like(self._param_td.apply(copy_leaf))
+
+    def _clone(self, recurse: bool = True) -> TensorDictParams:  # type: ignore[override]
+        if not recurse:
+            return self._new_like(self._param_td.copy())
+        return self._copy_leaves(
+            lambda t: nn.Parameter(t.data.clone(), requires_grad=t.requires_grad),
+            lambda t: Buffer(t.data.clone()),
+        )
+
+    def detach(self) -> TensorDictParams:  # type: ignore[override]
+        """A TensorDictParams of detached leaves (shared storage), registered as here.
+
+        Parameters stay Parameters (``requires_grad=False``), buffers stay buffers, so
+        ``p.detach().clone()`` is a copy of a net with buffers that registers its running
+        stats as buffers. (tensordict's returns a TensorDict: wrapped again, its buffers
+        would become Parameters.)
+        """
+        return self._copy_leaves(
+            lambda t: nn.Parameter(t.detach(), requires_grad=False), lambda t: Buffer(t.detach())
+        )
+
+    @property
+    def data(self) -> TensorDictBase:  # type: ignore[override]
+        """A TensorDict of the leaves' ``.data``, buffers marked as buffers.
+
+        As tensordict's, a TensorDict (tensordict's in-place methods write through it); its
+        buffers are ``Buffer`` tensors, so ``TensorDictParams(p.data)`` registers each entry
+        as here.
+        """
+        return self._param_td._fast_apply(_marked_data, propagate_lock=True)
+
+    def __deepcopy__(self, memo: dict) -> TensorDictParams:
+        return self._clone(recurse=True)
+
+    def __copy__(self) -> TensorDictParams:
+        return self._clone(recurse=False)
+
+    # to(), cpu() and cuda() as tensordict 0.15 has them, on every tensordict (0.14's
+    # return a tensordict.nn.TensorDictParams that registers every leaf anew by dtype).
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._moved(self._param_td.to(*args, **kwargs))
+
+    def cpu(self, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._moved(self._param_td.cpu(**kwargs))
+
+    def cuda(self, device: Any = None, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+        return self._moved(self._param_td.cuda(device=device, **kwargs))
+
+    def _moved(self, params: TensorDictBase) -> TensorDictParams:
+        if params is self._param_td:
+            return self  # type: ignore[return-value]
+        return self._new_like(params.apply(_wrap_like, self._param_td))
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> TensorDictParams:
+        out = super()._apply(fn, recurse=recurse)
+        if self._views is not None:
+            self._views.clear()
+            self._build_views()
+        return out
+
+    def __repr__(self) -> str:
+        return f"TensorDictParams(params={self._param_td})"
