@@ -128,7 +128,7 @@ def _to_module(
             return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
     if mode != INPLACE and swap_dest is None:
-        undone = _exact_inverse(params, module, leaves)
+        undone = _exact_inverse(params, module, leaves, plan.traced)
         if undone is not None:  # to_module(old, module): put everything back in its place
             current = restore(undone)
             if not return_swap:
@@ -417,8 +417,10 @@ def _resolve(
     return plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict), leaves
 
 
-def _exact_inverse(params: Params, module: nn.Module, leaves: _flatten.Leaves) -> Swap | None:
-    undone = undone_by(params, module)
+def _exact_inverse(
+    params: Params, module: nn.Module, leaves: _flatten.Leaves, traced: bool
+) -> Swap | None:
+    undone = undone_by(params, module, traced)
     if undone is None:
         return None
     old = undone.old_given()

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensordict import TensorDictBase
+from tensordict import TensorDict, TensorDictBase
 
 from ._compat import register_exit_op
 from ._engine import PRESERVE, REPLACE, Swap, reapply, restore
 
 OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
 REDO_OP_NAME = "_fcall_to_module_redo"  # the record of an exact undo: the swap back on exit
+RECORD = "_fcall_swap"  # (swap, module) of the swap a TensorDict undoes, see undone_by
 
 
 def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
@@ -33,19 +34,32 @@ def _reapply_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
     reapply(swap, current)
 
 
-def undone_by(params: Any, module: Any) -> Swap | None:
+def undone_by(params: Any, module: Any, traced: bool = False) -> Swap | None:
     """The swap that ``to_module(params, module)`` exactly undoes, if any.
 
-    ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned, not
-    yet restored, and still holding the very objects it was returned with.
-    Restoring through the record puts every name back in its dict and in its
-    place, which a generic swap cannot do for a parameter that a
+    ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned (or
+    filled as ``swap_dest``), not yet restored, and still holding the very objects it
+    was returned with. Restoring through the record puts every name back in its dict
+    and in its place, which a generic swap cannot do for a parameter that a
     ``preserve_module_state=False`` swap had turned into a plain attribute.
+
+    ``traced`` (Dynamo is tracing): ``_last_op`` is never read. On a TensorDict that
+    comes into the compiled function, that read makes Dynamo guard that ``_last_op``
+    stays out of the object's ``__dict__`` (TensorDictBase has a class-level ``None``),
+    and tensordict's ``clear_refs_for_compile_()`` breaks the guard by writing
+    ``_last_op = None`` there: one recompile, in every TorchRL loss (it calls it after
+    each step). fcall's own key ``RECORD`` is read instead, from exact TensorDicts
+    (and ``OldValues``) only: nothing but fcall writes it, so its guard holds, and a
+    TensorDictParams is not asked at all.
     """
-    last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
-    if not last_op or last_op[0] != OP_NAME:
+    if traced:
+        record = params.__dict__.get(RECORD) if isinstance(params, TensorDict) else None
+    else:
+        last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
+        record = last_op[1][0] if last_op and last_op[0] == OP_NAME else None
+    if record is None:
         return None
-    swap, owner = last_op[1][0]
+    swap, owner = record
     if owner is not module or swap.done or swap.mode not in (PRESERVE, REPLACE):
         return None
     return swap
@@ -62,6 +76,7 @@ def _keep_refs() -> None:
 def attach(out: Any, swap: Swap, module: Any) -> None:
     """``out`` restores ``swap`` on exit of a ``with`` block."""
     _record(out, OP_NAME, (swap, module))
+    out.__dict__[RECORD] = (swap, module)  # what undone_by reads while tracing
 
 
 def attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:

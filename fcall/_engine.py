@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch._dynamo.decorators import DynamoConfigPatchProxy
 
 from . import _copies, _errors
 from ._copies import GONE
@@ -118,7 +119,7 @@ def commit(swap: Swap) -> None:
 
         return commit_sharded(swap)
     if swap.mode == INPLACE:
-        _copy_into(swap.plan, swap.new, swap.non_blocking)
+        _copy_inplace(swap.plan, swap.new, swap.non_blocking)
     elif swap.mode == AS_IS and not swap.plan.has_attributes and swap.plan.traced:
         # swap / functional_call: always undone, so the dicts can be copies; a
         # to_module may stay, and must leave the module its own dicts
@@ -232,7 +233,7 @@ def preserved(plan: Plan, values: list, old: list) -> list:
         elif cls is _Parameter and value.requires_grad:
             continue  # checked first, as the common case: it stays whatever the old one's
         else:
-            value = _as_parameter_slot(value, old_value, _is_parameter)  # may raise
+            value = _as_parameter_slot(value, old_value)  # may raise
             if value is new[index]:
                 continue
         if new is values:
@@ -253,7 +254,7 @@ def restore(swap: Swap) -> list[Any]:
         return []
     plan = swap.plan
     if swap.mode == INPLACE:
-        _copy_into(plan, swap.old, swap.non_blocking)
+        _copy_inplace(plan, swap.old, swap.non_blocking)
         return []
     changed = False  # some slot holds another value than the swap put there
     if swap.installed is not None:
@@ -375,7 +376,7 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
-    is_parameter = _isinstance_parameter if plan.traced else _is_parameter
+    traced = plan.traced
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
@@ -384,7 +385,7 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
         if value is None:
             value = values[index]
             if kind == "p" and old_value is not None and value is not None:
-                value = _as_parameter_slot(value, old_value, is_parameter)
+                value = _as_parameter_slot(value, old_value, traced)
             elif kind == "b" and isinstance(value, nn.Parameter):
                 value = _as_buffer(value, attributes, name)
             converted[index] = value
@@ -392,16 +393,34 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
     return new
 
 
-def _as_parameter_slot(value: torch.Tensor, old: torch.Tensor, is_parameter: Any) -> torch.Tensor:
+def _as_parameter_slot(
+    value: torch.Tensor, old: torch.Tensor, traced: bool = False
+) -> torch.Tensor:
+    is_parameter = _isinstance_parameter if traced else _is_parameter
     if is_parameter(value) and value.requires_grad == old.requires_grad:
         return value
     if _tracks_gradients(value):
         # A new Parameter would be a new leaf and cut the gradients off; keep
         # the value as it is in the parameter slot, as functional_call does.
         return value
-    # Under Dynamo, nn.Parameter on a graph input is what it traces (it builds the
-    # Parameter before the graph, per call; _make_subclass would not trace).
+    if traced:
+        with _TRACEABLE_PARAMETER:
+            return nn.Parameter(value, requires_grad=old.requires_grad)
     return nn.Parameter(value, requires_grad=old.requires_grad)
+
+
+# Under Dynamo, nn.Parameter(t) on a tensor made in the graph (a value that a
+# load_state_dict pre-hook computed, `p * 2`) graph-breaks by default
+# (config.graph_break_on_nn_param_ctor); with the flag off Dynamo takes its
+# traceable path (torch/_dynamo/create_parameter_op.py: a placeholder Parameter
+# is a graph input, set_() to the value in the graph, gradients flow into it as
+# into an input), which gives eager's Parameter, requires_grad and gradients in
+# one graph. The flag is patched only around this constructor, while tracing, with
+# the context manager Dynamo restores itself (torch._dynamo.patch_dynamo_config's
+# proxy; patch_dynamo_config's own allow-list does not name this flag).
+_TRACEABLE_PARAMETER = DynamoConfigPatchProxy(
+    torch._dynamo.config.patch(graph_break_on_nn_param_ctor=False)
+)
 
 
 def _as_buffer(value: nn.Parameter, attributes: dict, name: str) -> torch.Tensor:
@@ -473,7 +492,38 @@ def _fits(shape: torch.Size, target: torch.Size) -> bool:
     return all(size in (1, want) for size, want in zip(reversed(shape), reversed(target)))
 
 
+def _copy_inplace(plan: Plan, values: list, non_blocking: bool) -> None:
+    """``inplace=True``: copy ``values`` into the module's own tensors; while Dynamo traces,
+    outside the graph where autograd may have saved those tensors (see ``_copy_eagerly``)."""
+    if plan.traced and torch.is_grad_enabled():
+        for slot, name in plan.pairs:
+            target = slot[name]
+            if target is not None and target.requires_grad:
+                return _copy_eagerly(plan, values, non_blocking)
+    return _copy_into(plan, values, non_blocking)
+
+
 def _copy_into(plan: Plan, values: list, non_blocking: bool) -> None:
     with torch.no_grad():
         for (slot, name, _, _, _), value in zip(plan.entries, values):
             slot[name].copy_(value, non_blocking=non_blocking)
+
+
+# A copy into tensors that require grad, with grad mode on, may overwrite tensors that
+# autograd saved for backward (the restore of `with to_module(p, m, inplace=True): y =
+# m(x)` does: backward needs the values the block used). Eager raises in backward ("one
+# of the variables needed for gradient computation has been modified by an inplace
+# operation"). In one graph AOTAutograd raises that while compiling, and hiding the
+# copy from autograd (torch.autograd._unsafe_preserve_version_counter) gives wrong
+# gradients. Outside the graph, compiled matches eager: same outputs, same gradients
+# where eager has them, the same error in backward where eager raises.
+_copy_eagerly = torch.compiler.disable(
+    _copy_into,
+    reason=(
+        "fcall.to_module(inplace=True) with grad mode on copies into parameters that "
+        "require grad, which autograd may have saved for backward: the copies run outside "
+        "the graph, as in eager (a graph break each; fullgraph=True refuses them). For a "
+        "forward without gradients run the block under torch.no_grad(); for gradients "
+        "swap without inplace=True"
+    ),
+)

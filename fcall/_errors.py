@@ -19,9 +19,12 @@ def dotted(key: tuple[str, ...]) -> str:
     return ".".join(key)
 
 
-# Not traced: under torch.compile(fullgraph=False) Dynamo would otherwise trace
-# difflib for tens of seconds before the KeyError is raised.
-@torch.compiler.disable
+# Run, not traced, while Dynamo traces (assume_constant_result: Dynamo calls it and
+# takes the string as a constant): tracing difflib would take tens of seconds before
+# the KeyError. Not torch.compiler.disable: under fullgraph=True the call of a disabled
+# function is itself refused ("Skip calling torch.compiler.disable()d function") and
+# the message is never made; this way Dynamo's "Observed exception" carries it.
+@torch._dynamo.assume_constant_result
 def nearest_names(key: str, names: Iterable[str], count: int = 3) -> str:
     matches = difflib.get_close_matches(key, list(names), n=count, cutoff=0.0)
     return ", ".join(repr(name) for name in matches) or "none"

@@ -115,3 +115,90 @@ def test_tied_names_under_vmap_arrive_as_two_tensors_for_torch_too():
     ):
         with pytest.raises(ValueError, match=message):
             torch.vmap(lambda p, call=call: call(model, p, (torch.ones(2),)))(stacked)
+
+
+class _TwoBatchNorm2d(nn.Module):
+    """A BatchNorm2d, then one in eval mode, each on ``x.transpose(1, 2).unsqueeze(-1)``
+    as the generator's bn2d block runs it."""
+
+    def __init__(self, first_train: bool):
+        super().__init__()
+        self.bns = nn.ModuleList([nn.BatchNorm2d(6).train(first_train), nn.BatchNorm2d(6).eval()])
+
+    def forward(self, x):
+        for bn in self.bns:
+            x = bn(x.transpose(1, 2).unsqueeze(-1)).squeeze(-1).transpose(1, 2)
+        return x
+
+
+@pytest.mark.parametrize("first_train", [False, True], ids=["eval_eval", "train_eval"])
+def test_torch_aot_batchnorm2d_eval_after_batchnorm2d_gradients_differ_without_fcall(first_train):
+    """torch bug, not fcall's (issue 15, point 14): a plain compiled module, no swap,
+    no fcall: under aot_eager the first BatchNorm2d's weight and bias gradients differ
+    from eager in every element; the second one's agree, and so does the eager backend.
+    So generators.module_specs turns such a second BatchNorm2d to train mode for AOT
+    backends (BN2D_EVAL_AFTER_BN2D_BACKENDS). When this test fails, torch is fixed:
+    widen that."""
+    grads = {}
+    for backend in ("none", "eager", "aot_eager"):
+        torch.manual_seed(0)
+        model = _TwoBatchNorm2d(first_train)
+        with torch.no_grad():
+            for p in model.parameters():
+                p.normal_()
+        run = model if backend == "none" else torch.compile(model, backend=backend, fullgraph=True)
+        torch._dynamo.reset()
+        run(torch.randn(2, 3, 6, generator=torch.Generator().manual_seed(1))).sum().backward()
+        grads[backend] = [p.grad for p in model.parameters()]
+    for got, expected in zip(grads["eager"], grads["none"]):
+        torch.testing.assert_close(got, expected)
+    first_weight, first_bias, *second = grads["aot_eager"]
+    for got, expected in zip(second, grads["none"][2:]):
+        torch.testing.assert_close(got, expected)
+    for got, expected in ((first_weight, grads["none"][0]), (first_bias, grads["none"][1])):
+        assert not torch.isclose(got, expected, rtol=1e-3, atol=1e-3).any()
+
+
+def test_generator_never_draws_a_batchnorm2d_eval_after_a_batchnorm2d_for_aot():
+    from . import generators as gen
+
+    spec = {
+        "body": {
+            "container": "seq",
+            "children": [
+                {"kind": "bn2d", "train": False},
+                {"kind": "dropout"},
+                {"kind": "bn2d", "train": False},
+                {"kind": "tanh"},
+                {"kind": "bn2d", "train": False},
+            ],
+        }
+    }
+    gen._no_bn2d_eval_after_bn2d(spec)
+    assert [b.get("train") for _, b in gen.block_refs(spec)] == [False, None, True, None, False]
+
+
+def test_swap_dest_swapped_back_in_the_trace_is_an_exact_undo():
+    """Found by the deep profile (seed 4293882413): to_module(preserve_module_state=False)
+    into swap_dest moves a buffer that gets a Parameter into _parameters; swapping the
+    swap_dest back inside the same compiled step must undo that exactly, as in eager."""
+    spec = {
+        "body": {"children": [{"kind": "linear"}], "container": "seq"},
+        "buffers": "persistent",
+        "dtype": "float32",
+        "features": 2,
+        "frozen": [],
+        "heads": 1,
+        "seed": 0,
+        "tie": False,
+    }
+    kw = {
+        "inplace": None,
+        "non_blocking": False,
+        "preserve_module_state": False,
+        "swap_dest": "td",
+        "use_state_dict": True,
+    }
+    use = {"api": "to_module", "entry": "step", "form": "manual", "kw": kw, "vmap": False}
+    pspec = {"container": "tdparams", "drop_alias": False, "kinds": ["param"], "seed": 0}
+    checks.check_parity(spec, pspec, use, "eager")

@@ -1,0 +1,87 @@
+"""What a bad key shows under ``fullgraph=True`` (issue 15, point 12).
+
+Dynamo turns an exception that leaves a ``fullgraph=True`` region into ``Unsupported:
+Observed exception``; the exception itself, with fcall's whole message, is in the line
+``Developer debug context: raised exception KeyError(...)`` and in ``__cause__``. That is
+all Dynamo 2.13 lets through, and it needs the message to be made while tracing: the
+nearest names are computed by a function Dynamo runs rather than traces
+(``assume_constant_result``), not a ``torch.compiler.disable``-d one, whose call
+``fullgraph=True`` refuses before any message exists. See docs/faq.md.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from support import Net, assert_same_state, state
+from tensordict import TensorDict
+from test_errors import UNKNOWN  # the eager message, pinned there
+from torch._dynamo.exc import Unsupported
+
+import fcall
+
+NOT_A_TENSOR = (
+    "fcall.{api}: the value at 'lin.bias' is a int, expected a torch.Tensor. Only tensors "
+    "can be swapped into a module; remove the entry or convert it to a tensor. The module "
+    "was left unchanged."
+)
+
+
+def call(api, params, m, x):
+    if api == "functional_call":
+        return fcall.functional_call(m, params, (x,))
+    with (fcall.swap if api == "swap" else fcall.to_module)(params, m):
+        return m(x)
+
+
+def bad_key(x):
+    return {"bn": {"weight": torch.zeros(4)}, "lin": {"wieght": x}}
+
+
+APIS = ["swap", "to_module", "functional_call"]
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_unknown_key_under_fullgraph_shows_the_eager_message(counter, api):
+    m = Net()
+    before = state(m)
+    fn = torch.compile(lambda x: call(api, bad_key(x), m, x), backend=counter(), fullgraph=True)
+    with pytest.raises(Unsupported) as raised:
+        fn(torch.zeros(4, 3))
+    message = UNKNOWN.format(api=api)
+    text = str(raised.value)
+    assert text.splitlines()[0] == "Observed exception"
+    assert f"Developer debug context: raised exception {KeyError(message)!r}\n" in text
+    assert "torch.compiler.disable" not in text
+    cause = raised.value.__cause__
+    assert type(cause).__name__ == "ObservedKeyError" and message in str(cause)
+    assert_same_state(m, before)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_unknown_key_without_fullgraph_is_the_eager_key_error(counter, api):
+    m = Net()
+    before = state(m)
+    fn = torch.compile(lambda x: call(api, bad_key(x), m, x), backend=counter())
+    with pytest.raises(KeyError, match=re.escape(UNKNOWN.format(api=api))):
+        fn(torch.zeros(4, 3))
+    assert_same_state(m, before)
+
+
+@pytest.mark.parametrize("api", APIS)
+def test_non_tensor_value_under_fullgraph_shows_the_eager_message(counter, api):
+    m = Net()
+    before = state(m)
+    params = TensorDict(lin=TensorDict(weight=torch.zeros(4, 3)))
+
+    def f(x):
+        return call(api, {"lin": {"weight": x, "bias": 3}}, m, x)
+
+    fn = torch.compile(f, backend=counter(), fullgraph=True)
+    with pytest.raises(Unsupported) as raised:
+        fn(params["lin", "weight"])
+    message = NOT_A_TENSOR.format(api=api)
+    assert f"raised exception {TypeError(message)!r}\n" in str(raised.value)
+    assert_same_state(m, before)
