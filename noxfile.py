@@ -3,7 +3,8 @@
 Every session installs fcall with its stack's exact pins (``constraints/``) and runs the
 test command of README.md (``python -m pytest -q``). List them with ``nox -l``; run one with
 ``nox -s "tests(stack='torch2.14.1-td0.15.3')"``. The default stack is the one README.md and
-``constraints-ci.txt`` install. The stack whose torch is not on the CI machines' disk (2.15.0) come from the package index: ``PIP_CONFIG_FILE=/dev/null`` lifts the local torch cap.
+``constraints-ci.txt`` install. The stack whose torch is not on the CI machines' disk
+(2.15.0) comes from the package index: ``PIP_CONFIG_FILE=/dev/null`` lifts the local cap.
 """
 
 from __future__ import annotations
