@@ -11,7 +11,7 @@ import re
 import pytest
 import tensordict
 import torch
-from support import assert_same_state, state
+from support import Untied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
@@ -144,16 +144,6 @@ def test_a_scripted_module_is_refused_with_the_eager_message_compiled(counter):
 
 
 # --- 4. weights tied after a first swap ------------------------------------------------------
-
-
-class Untied(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(5, 3)
-        self.head = nn.Linear(3, 5, bias=False)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.head(self.emb(idx))
 
 
 @pytest.mark.parametrize("api", ["swap", "functional_call"])

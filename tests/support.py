@@ -99,3 +99,15 @@ def assert_same_state(module: nn.Module, before: list) -> None:
                 assert x is y, (a[:3], b[:3])
             else:
                 assert x == y, (a, b)
+
+
+class Untied(nn.Module):
+    """An embedding and an output head that a test ties after a first swap."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = nn.Embedding(5, 3)
+        self.head = nn.Linear(3, 5, bias=False)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        return self.head(self.emb(idx))

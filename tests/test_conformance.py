@@ -13,7 +13,7 @@ import re
 import pytest
 import tensordict
 import torch
-from support import Tied, assert_same_state, state, swap_lane  # noqa: F401
+from support import Tied, Untied, assert_same_state, state, swap_lane  # noqa: F401
 from tensordict import TensorDict
 from torch import nn
 from torch.nn.utils import parametrize
@@ -134,16 +134,6 @@ def test_a_scripted_module_is_refused_clearly(call):
 
 
 # --- 4. weights tied after a first swap ------------------------------------------------------
-
-
-class Untied(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.emb = nn.Embedding(5, 3)
-        self.head = nn.Linear(3, 5, bias=False)
-
-    def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        return self.head(self.emb(idx))
 
 
 @pytest.mark.parametrize("api", ["swap", "functional_call", "to_module"])
