@@ -214,6 +214,40 @@ def test_old_values_swapped_back_in_a_nested_block_one_graph(counter, preserve):
     assert cnt.frame_count == 1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_old_values_regrouped_in_swap_dest_come_back_in_their_place_one_graph(counter, backend):
+    # A flat dict lists parameters before buffers; swap_dest groups each submodule's
+    # buffers with its parameters. Swapping it back must still be the exact undo, or
+    # the re-registered names move to the end of their dict (and the guard on that
+    # dict's key order recompiles the next call).
+    m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    m[2].requires_grad_(False)
+    m[2].register_parameter("unset", None)
+    before = state(m)
+
+    def f(p, x):
+        old = fcall.to_module(p, m, preserve_module_state=False, swap_dest=TensorDict())
+        out = m(x)
+        fcall.to_module(old, m)
+        return out
+
+    def params():  # trainable values for the parameters, plain ones for the buffers
+        weights = {k: torch.randn_like(v).requires_grad_() for k, v in m.named_parameters()}
+        return weights | {k: v.clone() for k, v in m.named_buffers()}
+
+    cnt = counter(backend)
+    fn = torch.compile(f, backend=cnt, fullgraph=True)
+    x = torch.randn(5, 3)
+    p = params()
+    expected = torch.func.functional_call(m, p, (x,))
+    torch.testing.assert_close(fn(p, x), expected)
+    assert_same_state(m, before)  # every dict in its own key order
+    with torch.compiler.set_stance("fail_on_recompile"):
+        fn(params(), x)
+    assert_same_state(m, before)
+    assert cnt.frame_count == 1
+
+
 def test_return_swap_false_leaves_the_new_values_registered(counter):
     m = nn.Linear(3, 2)
     weight, bias = m.weight, m.bias

@@ -13,7 +13,7 @@ from torch import nn
 from . import _distributed, _errors, _express, _flatten
 from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
-from ._engine import AS_IS, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
+from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._params import TensorDictParams
 from ._plan import Plan, StalePlan, build, forget, plan_for
 from ._traced import plan_while_tracing
@@ -128,7 +128,7 @@ def _to_module(
             return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
     if mode != INPLACE and swap_dest is None:
-        undone = _exact_inverse(params, module, leaves, plan.traced)
+        undone = _exact_inverse(params, module, plan, leaves)
         if undone is not None:  # to_module(old, module): put everything back in its place
             current = restore(undone)
             if not return_swap:
@@ -418,14 +418,24 @@ def _resolve(
 
 
 def _exact_inverse(
-    params: Params, module: nn.Module, leaves: _flatten.Leaves, traced: bool
+    params: Params, module: nn.Module, plan: Plan, leaves: _flatten.Leaves
 ) -> Swap | None:
-    undone = undone_by(params, module, traced)
+    """The swap that ``params`` (in ``plan``) exactly undoes, or ``None``: ``params`` holds
+    the very objects that swap took out, under the same names. Position first; by name
+    when the order differs (a ``swap_dest`` groups each submodule's buffers with its
+    parameters, where a flat dict listed every parameter first)."""
+    undone = undone_by(params, module, plan.traced)
     if undone is None:
         return None
-    old = undone.old_given()
-    if len(old) != len(leaves.values) or any(a is not b for a, b in zip(old, leaves.values)):
-        return None  # the TensorDict was changed since: a plain swap of what it holds
+    old, values = undone.old_given(), leaves.values
+    if len(old) != len(values):
+        return None
+    if all(a is b for a, b in zip(old, values)):
+        return undone
+    taken = dict(zip(undone.plan.names, old))
+    for name, value in zip(plan.names, values):
+        if taken.get(name, GONE) is not value:
+            return None  # the TensorDict was changed since: a plain swap of what it holds
     return undone
 
 

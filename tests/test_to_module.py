@@ -280,6 +280,24 @@ def test_preserve_false_restores_registration_with_the_documented_pattern():
     assert_same_state(m, before)
 
 
+@pytest.mark.parametrize("dest", [None, "swap_dest"])
+def test_preserve_false_restore_keeps_the_key_order_when_the_old_values_are_regrouped(dest):
+    # A flat dict lists every parameter before any buffer; the old values (a swap_dest,
+    # or the returned TensorDict) group each submodule's buffers with its parameters.
+    # Swapping them back is still the exact undo: each name returns to its place.
+    m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    m[2].requires_grad_(False)
+    m[2].register_parameter("unset", None)  # stays, as MultiheadAttention's q_proj_weight
+    before = state(m)
+    flat = dict(m.named_parameters()) | dict(m.named_buffers())
+    params = {k: v.detach().clone().requires_grad_(v.requires_grad) for k, v in flat.items()}
+    kwargs = {"swap_dest": TensorDict()} if dest else {}
+    old = fcall.to_module(params, m, preserve_module_state=False, **kwargs)
+    assert list(m[2]._parameters) == ["unset"]
+    fcall.to_module(old, m)
+    assert_same_state(m, before)  # the order of every dict included
+
+
 def test_preserve_false_keeps_a_parameter_value_as_a_parameter():
     m = nn.Linear(2, 2)
     before = state(m)
