@@ -178,6 +178,65 @@ def test_generator_never_draws_a_batchnorm2d_eval_after_a_batchnorm2d_for_aot():
     assert [b.get("train") for _, b in gen.block_refs(spec)] == [False, None, True, None, False]
 
 
+class _AttentionThenBatchNorm2d(nn.Module):
+    """A MultiheadAttention, then a BatchNorm2d on ``x.transpose(1, 2).unsqueeze(-1)``,
+    as the generator's blocks run them."""
+
+    def __init__(self, train: bool):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(4, 2, batch_first=True)
+        self.bn = nn.BatchNorm2d(4).train(train)
+
+    def forward(self, x):
+        x = self.mha(x, x, x, need_weights=False)[0]
+        return self.bn(x.transpose(1, 2).unsqueeze(-1)).squeeze(-1).transpose(1, 2)
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["eval", "train"])
+def test_torch_aot_batchnorm2d_after_attention_backward_fails_without_fcall(train):
+    """torch bug, not fcall's (found by the deep profile, issue 15): a plain compiled
+    module, no swap, no fcall: under aot_eager the backward through a MultiheadAttention
+    followed by a BatchNorm2d fails with "view size is not compatible"; eager and the
+    eager backend run it. So generators.module_specs turns such a BatchNorm2d into a
+    LayerNorm for AOT backends (BN2D_AFTER_MHA_BACKENDS). When this test fails, torch
+    is fixed: widen that."""
+    x = torch.randn(2, 3, 4)
+    for backend in ("none", "eager"):
+        torch.manual_seed(0)
+        model = _AttentionThenBatchNorm2d(train)
+        run = model if backend == "none" else torch.compile(model, backend=backend, fullgraph=True)
+        torch._dynamo.reset()
+        run(x).sum().backward()
+    torch._dynamo.reset()
+    run = torch.compile(_AttentionThenBatchNorm2d(train), backend="aot_eager", fullgraph=True)
+    with pytest.raises(RuntimeError, match=re.escape(checks.KNOWN_AOT_ERROR)):
+        run(x).sum().backward()
+
+
+def test_generator_never_draws_a_batchnorm2d_after_attention_for_aot():
+    from . import generators as gen
+
+    spec = {
+        "body": {
+            "container": "seq",
+            "children": [
+                {"kind": "mha"},
+                {"kind": "dropout"},
+                {"kind": "bn2d", "train": False},
+                {"kind": "mha"},
+                {"kind": "linear"},
+                {"kind": "bn2d", "train": True},
+                {"kind": "mha"},
+                {"kind": "bn2d", "train": True},
+            ],
+        }
+    }
+    gen._no_bn2d_after_mha(spec)
+    kinds = [b["kind"] for _, b in gen.block_refs(spec)]
+    assert kinds == ["mha", "dropout", "layernorm", "mha", "linear", "bn2d", "mha", "layernorm"]
+    assert "train" not in gen.block_refs(spec)[2][1]
+
+
 def test_swap_dest_swapped_back_in_the_trace_is_an_exact_undo():
     """Found by the deep profile (seed 4293882413): to_module(preserve_module_state=False)
     into swap_dest moves a buffer that gets a Parameter into _parameters; swapping the
