@@ -27,7 +27,7 @@ the source takes what 250 generic swaps take (70 with a flat dict) and grows fas
 than the plan, hence the threshold and the size limits below.
 
 Only the plain case gets an express: eager, a TensorDict (or TensorDictParams) of
-tensors or a flat dict of tensors with string keys (``"0.weight"``, as
+tensors, a nested dict of tensors, or a flat dict of tensors with string keys (``"0.weight"``, as
 ``torch.func.functional_call`` takes), no tied names, no plain-attribute slots, no
 FSDP2 or DDP, no RNN, ``tie_weights=True`` and ``strict=False`` (the defaults of
 every API).
@@ -43,6 +43,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
+from ._context import OP_NAME
 from ._engine import PRESERVE, Swap, registered_values
 from ._flatten import Layout, Leaves, layout_of
 from ._plan import Plan, current_express, set_express
@@ -94,20 +95,27 @@ def try_swap(params: Any, module: torch.nn.Module, api: str, mode: str) -> Swap 
 
 def _entries_of(params: Any) -> dict | None:
     """The root dict of an exact TensorDict, of a TensorDictParams' TensorDict, or a plain
-    dict itself; ``None`` for anything else, and for a TensorDict that records an op
-    (``to_module`` may undo it)."""
+    dict itself; ``None`` for anything else, and for the old values of an fcall swap
+    (``to_module`` may undo it). Another op's record (tensordict's ``to_module``,
+    ``lock_``) changes nothing here."""
     cls = type(params)
     if cls is dict:
         return params
     if cls is not TensorDict:
         # getattr, as _context.undone_by reads it: a TensorDictParams keeps it as its own
-        if not isinstance(params, _TensorDictParamsBase) or getattr(params, "_last_op", None):
+        if not isinstance(params, _TensorDictParamsBase) or _records_a_swap(
+            getattr(params, "_last_op", None)
+        ):
             return None
         params = params._param_td
         if type(params) is not TensorDict:
             return None
     attributes = params.__dict__
-    return None if attributes.get("_last_op") else attributes["_tensordict"]
+    return None if _records_a_swap(attributes.get("_last_op")) else attributes["_tensordict"]
+
+
+def _records_a_swap(last_op: Any) -> bool:
+    return bool(last_op) and last_op[0] == OP_NAME
 
 
 def _flat_keys(params: Any) -> list[str] | None:
@@ -120,6 +128,14 @@ def _flat_keys(params: Any) -> list[str] | None:
     return None
 
 
+def _nested_tensors(node: dict) -> bool:
+    """Whether ``node`` is a nested dict whose leaves are all tensors."""
+    return all(
+        _nested_tensors(value) if type(value) is dict else _IS_LEAF(type(value))
+        for value in node.values()
+    )
+
+
 def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
     """After a generic eager swap with the default flags: ``plan``'s express, built at
     its ``_OFFERS_BEFORE_BUILD``-th offer, becomes the module's."""
@@ -127,9 +143,9 @@ def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
     if plan.traced or _entries_of(params) is None:
         return
     if plan.express is None:
-        flat_keys = _flat_keys(params)
-        if type(params) is dict and flat_keys is None:
-            return  # a nested dict, or values of other types: the generic path only
+        flat_keys = _flat_keys(params)  # None: nodes (a TensorDict, a nested dict)
+        if type(params) is dict and flat_keys is None and not _nested_tensors(params):
+            return  # values of other types: the generic path only
         plan.offers += 1
         if plan.offers < _OFFERS_BEFORE_BUILD:
             return
@@ -217,8 +233,8 @@ class _Source:
                     continue
                 child, count = f"d{count}", count + 1
                 lines.append(f"        {child} = {var}[{name!r}]")
-                lines.append(f"        if type({child}) is not TD: return None")
-                lines.append(f"        {child} = {child}._tensordict")
+                lines.append(f"        if type({child}) is TD: {child} = {child}._tensordict")
+                lines.append(f"        elif type({child}) is not dict: return None")
                 children.append((at, child))
             pending.extend(reversed(children))
         return lines, f"[{', '.join(leaf_reads)}]"

@@ -96,6 +96,30 @@ def test_a_tensordictparams_takes_the_express(generic_swaps):
     assert generic_swaps == []
 
 
+@pytest.mark.parametrize("api", ["swap", "to_module", "functional_call"])
+@pytest.mark.parametrize("record", ["unlock_", "tensordict to_module"])
+def test_a_tensordict_carrying_another_ops_record_takes_the_express(generic_swaps, api, record):
+    # Only the record of an fcall swap (to_module may undo it) keeps a TensorDict off the
+    # express; tensordict's own records (lock_/unlock_, its to_module) change nothing.
+    model = chain()
+    before = state(model)
+    params = params_of(model, 1.0)
+    if record == "unlock_":
+        params.lock_().unlock_()
+    else:  # the old values that tensordict's to_module returns
+        params = params.to_module(chain())
+    assert params._last_op is not None and params._last_op[0] != "_fcall_to_module"
+    primed(model, params)
+    generic_swaps.clear()
+    if api == "functional_call":
+        fcall.functional_call(model, params, (torch.ones(1, 2),))
+    else:
+        with getattr(fcall, api)(params, model):
+            assert model[0].weight is params["0", "weight"]
+    assert generic_swaps == []
+    assert_same_state(model, before)
+
+
 def test_to_module_converts_plain_tensors_like_the_generic_path(generic_swaps):
     model = chain()
     model[0].weight.requires_grad_(False)
@@ -242,6 +266,44 @@ def test_a_changed_params_structure_takes_the_generic_path(generic_swaps, edit, 
         assert "The module was left unchanged" in str(error) or "not a tensor" in str(error)
     assert_same_state(model, before)
     assert len(generic_swaps) == 1  # the express declined, the generic path ran
+
+
+def nested_edits() -> dict:
+    return {
+        "an extra key": lambda d: {**d, "1": {**d["1"], "nope": torch.ones(2)}},
+        "a key less": lambda d: {**d, "1": {"weight": d["1"]["weight"]}},
+        "a node for a leaf": lambda d: {**d, "1": {**d["1"], "bias": {"x": torch.ones(2)}}},
+        "a leaf for a node": lambda d: {**d, "1": torch.ones(2)},
+        "another key order": lambda d: {**d, "0": dict(reversed(d["0"].items()))},
+        "a non-tensor value": lambda d: {**d, "1": {**d["1"], "bias": "text"}},
+    }
+
+
+@pytest.mark.parametrize("edit", [None, *nested_edits()])
+@pytest.mark.parametrize("api", ["swap", "to_module", "functional_call"])
+def test_a_nested_dict_takes_the_express_until_its_structure_changes(generic_swaps, edit, api):
+    model = chain()
+    before = state(model)
+
+    def nested(fill):
+        return params_of(model, fill).to_dict()
+
+    for _ in range(2):
+        with fcall.swap(nested(1.0), model):
+            pass
+    assert _plan.current_express(model) is not None
+    generic_swaps.clear()
+    params = nested(2.0) if edit is None else nested_edits()[edit](nested(2.0))
+    try:
+        if api == "functional_call":
+            fcall.functional_call(model, params, (torch.ones(1, 2),))
+        else:
+            with getattr(fcall, api)(params, model):
+                assert model[0].weight is params["0"]["weight"]
+    except (KeyError, TypeError) as error:
+        assert "The module was left unchanged" in str(error) or "not a tensor" in str(error)
+    assert_same_state(model, before)
+    assert len(generic_swaps) == (edit is not None)  # declined only for a changed structure
 
 
 def without(flat: dict, name: str) -> dict:
