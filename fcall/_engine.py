@@ -24,6 +24,7 @@ Modes:
 from __future__ import annotations
 
 import operator
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -218,6 +219,9 @@ def preserved(plan: Plan, values: list, old: list) -> list:
     one bound for a parameter slot as ``_as_parameter_slot`` makes it. A plain tensor that
     does not track gradients, the common case (a target network's values), takes an inline
     path: the per-leaf calls around the Parameter cost more than making it."""
+    bulk = _wrapped_in_bulk(plan, values, old)
+    if bulk is not None:
+        return bulk
     new = values  # copied on the first conversion only
     for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
         if entry[4] != "p" or old_value is None or value is None:
@@ -239,6 +243,38 @@ def preserved(plan: Plan, values: list, old: list) -> list:
         if new is values:
             new = list(values)
         new[index] = value
+    return new
+
+
+_ONLY_TENSORS = {_Tensor}
+
+
+def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
+    """``preserved`` for its common case, in C loops over the leaves (``map``) instead of
+    Python per leaf: every value bound for a parameter slot is a plain tensor that tracks
+    no gradient, every such slot holds a Parameter, and no buffer gets a Parameter.
+    ``None`` for anything else (the per-leaf loop then decides each leaf)."""
+    indexes = plan.parameter_leaves  # None: every entry is a parameter slot
+    if indexes is None:
+        bound, held = values, old
+    elif not indexes or _parameter_for_a_buffer(plan, values):
+        return None
+    else:
+        bound, held = list(map(values.__getitem__, indexes)), list(map(old.__getitem__, indexes))
+    if set(map(type, bound)) != _ONLY_TENSORS:
+        return None
+    if any(map(_REQUIRES_GRAD, bound)) or any(map(_is_batched, bound)):
+        return None
+    try:
+        requires_grad = list(map(_REQUIRES_GRAD, held))
+    except AttributeError:  # a slot holding None: the value goes in as it is
+        return None
+    made = list(map(_make_subclass, repeat(_Parameter, len(bound)), bound, requires_grad))
+    if indexes is None:
+        return made
+    new = list(values)
+    for index, parameter in zip(indexes, made):
+        new[index] = parameter
     return new
 
 

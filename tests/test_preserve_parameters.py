@@ -103,3 +103,28 @@ def test_an_integer_value_for_a_trainable_parameter_fails_as_nn_parameter_does()
         nn.Parameter(bad["weight"], requires_grad=True)
     assert str(peer.value) in str(ours.value)
     assert_same_state(m, before)
+
+
+@pytest.mark.parametrize("unset", [False, True], ids=["every_slot_set", "a_slot_holding_None"])
+def test_parameters_and_buffers_mixed_each_get_what_the_slot_makes(unset):
+    # Parameter slots among buffer slots (the bulk conversion picks them out), and a
+    # parameter slot holding None (the per-leaf loop: the value goes in as it is).
+    m = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
+    m[1].bias.requires_grad_(False)
+    if unset:
+        m[0].register_parameter("bias", None)
+    before = state(m)
+    values = {k: v.detach().clone() for k, v in m.state_dict().items()}
+    if unset:
+        values["0.bias"] = torch.zeros(4)
+    for _ in range(2):
+        with fcall.to_module(values, m):
+            for name in ("0.weight", "1.weight", "1.bias"):
+                slot = m.get_parameter(name)
+                assert type(slot) is nn.Parameter and slot.is_set_to(values[name])
+            assert m[1].bias.requires_grad is False and m[1].weight.requires_grad is True
+            for name in ("1.running_mean", "1.running_var", "1.num_batches_tracked"):
+                assert m.get_buffer(name) is values[name]
+            if unset:
+                assert m[0].bias is values["0.bias"] and type(m[0].bias) is torch.Tensor
+        assert_same_state(m, before)

@@ -1,0 +1,229 @@
+"""What a Parameter per leaf costs: `to_module` with plain tensors, beside its peers.
+
+`fcall.to_module(p, m)` keeps `preserve_module_state=True`'s promise: a plain tensor bound
+for a parameter slot goes in as an `nn.Parameter` (with the old one's `requires_grad`), a new
+one per block. This script shows, in one run, what that promise costs and why neither a
+cache of wrappers (eager) nor another representation (compiled) removes it.
+
+Run from the repository root:
+
+    python benchmarks/parameter_cost.py                  # eager 100/1,000/10,000, compiled 100
+    python benchmarks/parameter_cost.py --sections eager --sizes 1000
+
+Eager, per leaf, ratio to torch.func's machinery (`_reparametrize_module`, swap and restore
+of a flat dict of the same plain tensors):
+
+- `fcall.swap` (values go in as they are) and `fcall.to_module` with Parameter values;
+- `fcall.to_module` with plain tensors (a new Parameter per leaf);
+- making the Parameters alone (`Tensor._make_subclass`, what `nn.Parameter` runs);
+- the checks a cache of wrappers would need before reusing one, alone: nothing holds it
+  (`sys.getrefcount`, `Tensor._use_count` for autograd graphs), no `.grad`, no hooks, the
+  `requires_grad` it was made with, still aliasing its value (`is_set_to`), each as a C loop
+  over the leaves (`map`).
+
+Compiled (`fullgraph=True`, `f(x, p)` that swaps and calls, under `torch.no_grad()`), per
+call, ratio to `torch.func.functional_call(m, p, (x,))` with the same plain tensors:
+
+- `fcall.swap` and `fcall.to_module` with plain tensors;
+- torch.func with the same promise: `functional_call(m, {k: nn.Parameter(v) ...}, (x,))`,
+  the Parameters made inside the compiled function.
+
+Dynamo builds `nn.Parameter(t)` of a graph input in Python before the graph on every call
+(`_nn_param_via_prefix_insert`); for a tensor made in the graph it allocates a placeholder
+Parameter per call (`create_parameter_op.new_parameter_placeholder`). Either way a Parameter
+per leaf per call: the torch.func row with Parameters pays it as `to_module` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import operator
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+from torch.nn.utils.stateless import _reparametrize_module
+
+import fcall
+
+_make_subclass = torch.Tensor._make_subclass
+
+
+def chain(leaves: int) -> nn.Sequential:
+    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(leaves // 2)])
+
+
+def plain_values(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {name: torch.randn_like(p) for name, p in model.named_parameters()}
+
+
+def eager_cells(leaves: int) -> dict[str, Callable[[], object]]:
+    """Each cell: a function that swaps and restores once (or does the part it names)."""
+    models = {name: chain(leaves) for name in ("peer", "swap", "param", "plain")}
+    flat = plain_values(models["peer"])
+    values = list(flat.values())
+    as_parameters = {k: nn.Parameter(v) for k, v in flat.items()}
+    wrappers = [_make_subclass(nn.Parameter, v, True) for v in values]
+    checks = _reuse_checks(wrappers, values)
+    assert checks(), "a fresh wrapper must pass every check"
+
+    def peer():
+        with _reparametrize_module(models["peer"], flat):
+            pass
+
+    def swap():
+        with fcall.swap(flat, models["swap"]):
+            pass
+
+    def to_module_parameters():
+        with fcall.to_module(as_parameters, models["param"]):
+            pass
+
+    def to_module_plain():
+        with fcall.to_module(flat, models["plain"]):
+            pass
+
+    def make_parameters():
+        return [_make_subclass(nn.Parameter, v, True) for v in values]
+
+    return {
+        "torch.func machinery (peer)": peer,
+        "fcall.swap, plain": swap,
+        "fcall.to_module, Parameter values": to_module_parameters,
+        "fcall.to_module, plain (a Parameter each)": to_module_plain,
+        "  making the Parameters alone": make_parameters,
+        "  a wrapper cache's reuse checks alone": checks,
+    }
+
+
+def _reuse_checks(wrappers: list, values: list) -> Callable[[], bool]:
+    """What reusing cached wrappers soundly would check per leaf, in C loops."""
+    grad = operator.attrgetter("grad")
+    hooks = operator.attrgetter("_backward_hooks")
+    post_hooks = operator.attrgetter("_post_accumulate_grad_hooks")
+    requires_grad = operator.attrgetter("requires_grad")
+    use_count = torch.Tensor._use_count
+    refs = list(map(sys.getrefcount, wrappers))
+    uses = list(map(use_count, wrappers))
+    nones, trues = [None] * len(wrappers), [True] * len(wrappers)
+
+    def checks() -> bool:
+        return (
+            list(map(sys.getrefcount, wrappers)) == refs  # nothing else holds it
+            and list(map(use_count, wrappers)) == uses  # nor an autograd graph
+            and list(map(grad, wrappers)) == nones
+            and list(map(hooks, wrappers)) == nones
+            and list(map(post_hooks, wrappers)) == nones
+            and list(map(requires_grad, wrappers)) == trues
+            and all(map(torch.Tensor.is_set_to, wrappers, values))  # still its value's alias
+        )
+
+    return checks
+
+
+def compiled_cells(leaves: int, backend: str) -> dict[str, tuple[Callable, dict]]:
+    cells = {}
+    for name in ("peer", "peer_parameters", "swap", "to_module"):
+        model = chain(leaves)
+        cells[name] = (model, plain_values(model))
+
+    def peer(x, p, m=cells["peer"][0]):
+        return torch.func.functional_call(m, p, (x,))
+
+    def peer_parameters(x, p, m=cells["peer_parameters"][0]):
+        return torch.func.functional_call(m, {k: nn.Parameter(v) for k, v in p.items()}, (x,))
+
+    def swap(x, p, m=cells["swap"][0]):
+        with fcall.swap(p, m):
+            return m(x)
+
+    def to_module(x, p, m=cells["to_module"][0]):
+        with fcall.to_module(p, m):
+            return m(x)
+
+    functions = {"peer": peer, "peer_parameters": peer_parameters, "swap": swap}
+    functions["to_module"] = to_module
+    labels = {
+        "peer": "torch.func, plain (peer)",
+        "peer_parameters": "torch.func, a Parameter each inside",
+        "swap": "fcall.swap, plain",
+        "to_module": "fcall.to_module, plain (a Parameter each)",
+    }
+    out = {}
+    for name, fn in functions.items():
+        compiled = torch.compile(fn, backend=backend, fullgraph=True)
+        out[labels[name]] = (compiled, cells[name][1])
+    return out
+
+
+def timed_rounds(
+    cells: dict[str, Callable[[], object]], rounds: int, batch: int, warm: int
+) -> dict:
+    """Median over rounds of each cell's batch time over the peer's batch beside it."""
+    names = list(cells)
+    peer = names[0]
+    ratios: dict[str, list[float]] = {name: [] for name in names}
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for cell in cells.values():
+        for _ in range(warm):  # plans and express lanes (the 256th swap), compiles
+            cell()
+    for round_index in range(rounds):
+        order = names if round_index % 2 == 0 else list(reversed(names))
+        batch_time = {}
+        for name in order:
+            fn = cells[name]
+            start = time.perf_counter()
+            for _ in range(batch):
+                fn()
+            batch_time[name] = (time.perf_counter() - start) / batch
+        for name in names:
+            ratios[name].append(batch_time[name] / batch_time[peer])
+            seconds[name].append(batch_time[name])
+    return {
+        name: (statistics.median(seconds[name]), statistics.median(ratios[name])) for name in names
+    }
+
+
+def report(title: str, results: dict, per: int, unit: str) -> None:
+    print(title)
+    for name, (seconds, ratio) in results.items():
+        print(f"  {name:<46}{seconds / per * 1e9:>9.0f} ns/{unit}{ratio:>7.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sections", default="eager,compiled")
+    parser.add_argument("--sizes", default="100,1000,10000", help="eager leaves")
+    parser.add_argument("--compiled-sizes", default="100")
+    parser.add_argument("--backends", default="aot_eager,inductor")
+    parser.add_argument("--rounds", type=int, default=15)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, fcall {fcall.__version__}; medians over {args.rounds}")
+    print("rounds of the ratio to the peer batch beside each cell")
+    if "eager" in args.sections:
+        for leaves in map(int, args.sizes.split(",")):
+            batch = max(2, 20_000 // leaves)
+            results = timed_rounds(eager_cells(leaves), args.rounds, batch, warm=300)
+            report(f"eager, {leaves} leaves, per leaf (swap and restore)", results, leaves, "leaf")
+    if "compiled" in args.sections:
+        x = torch.randn(8, 4)
+        for backend in args.backends.split(","):
+            for leaves in map(int, args.compiled_sizes.split(",")):
+                torch._dynamo.reset()
+                cells = compiled_cells(leaves, backend)
+                calls = {name: _bound(fn, x, p) for name, (fn, p) in cells.items()}
+                with torch.no_grad():
+                    results = timed_rounds(calls, args.rounds, 20, warm=3)
+                report(f"compiled {backend}, {leaves} leaves, per call", results, 1, "call")
+
+
+def _bound(fn: Callable, x: torch.Tensor, p: dict) -> Callable[[], object]:
+    return lambda: fn(x, p)
+
+
+if __name__ == "__main__":
+    main()
