@@ -23,7 +23,7 @@ from . import generators as gen
 
 # AOTAutograd's error on BatchNorm1d, and on a BatchNorm2d after a MultiheadAttention
 # (torch bugs; not generated for AOT backends: generators.BN1D_BACKENDS and
-# BN2D_AFTER_MHA_BACKENDS, test_regressions.py).
+# BN2D_AFTER_BACKENDS, test_regressions.py).
 KNOWN_AOT_ERROR = "view size is not compatible with input tensor's size and stride"
 
 TOLERANCES = {

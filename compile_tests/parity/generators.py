@@ -98,13 +98,16 @@ BN1D_BACKENDS = ("eager",)
 # (every element), with no fcall involved (a plain compiled module). Pinned in
 # test_regressions.py; module_specs turns such a second BatchNorm2d to train mode.
 BN2D_EVAL_AFTER_BN2D_BACKENDS = ("eager",)
-# A BatchNorm2d (train or eval) whose input comes from a MultiheadAttention, directly
-# or through blocks that keep its strides (dropout, tanh, an embedding added): only for
-# these backends. Under AOTAutograd on CPU the backward fails with "view size is not
-# compatible with input tensor's size and stride", with no fcall involved (a plain
-# compiled module). Pinned in test_regressions.py; module_specs turns such a
-# BatchNorm2d into a LayerNorm for the other backends.
-BN2D_AFTER_MHA_BACKENDS = ("eager",)
+# A BatchNorm2d (train or eval) whose input comes from a MultiheadAttention or a
+# convolution, directly or through blocks that keep its strides (dropout, tanh, an
+# embedding added): only for these backends. Under AOTAutograd on CPU, with no fcall
+# involved (a plain compiled module), the backward after an attention fails with "view
+# size is not compatible with input tensor's size and stride", and after a Conv1d or
+# Conv2d the gradients differ from eager in every element once an elementwise op
+# follows the BatchNorm (`x * self.scale`, a tanh). Pinned in test_regressions.py;
+# module_specs turns such a BatchNorm2d into a LayerNorm for the other backends.
+BN2D_AFTER_BACKENDS = ("eager",)
+BN2D_BAD_INPUTS = ("mha", "conv1d", "conv2d")
 # Blocks whose output keeps the strides of their input.
 STRIDE_KEEPING = ("dropout", "tanh", "embedding")
 # GRU / LSTM likewise, for the eager backend only: AOTAutograd (allow_rnn is
@@ -180,8 +183,8 @@ def module_specs(
     spec["body"]["children"] = [c for c in (cut(c) for c in children) if c is not None]
     if backend not in BN2D_EVAL_AFTER_BN2D_BACKENDS:
         _no_bn2d_eval_after_bn2d(spec)
-    if backend not in BN2D_AFTER_MHA_BACKENDS:
-        _no_bn2d_after_mha(spec)
+    if backend not in BN2D_AFTER_BACKENDS:
+        _no_bn2d_after_bad_inputs(spec)
     n = len(block_refs(spec))
     spec["frozen"] = draw(st.lists(st.integers(0, n - 1), max_size=2, unique=True))
     if conformance:
@@ -252,15 +255,15 @@ def _no_bn2d_eval_after_bn2d(spec) -> None:
         previous = block["kind"]
 
 
-def _no_bn2d_after_mha(spec) -> None:
-    """Turn a BatchNorm2d whose input comes from a MultiheadAttention (through
+def _no_bn2d_after_bad_inputs(spec) -> None:
+    """Turn a BatchNorm2d whose input comes from one of ``BN2D_BAD_INPUTS`` (through
     ``STRIDE_KEEPING`` blocks only) into a LayerNorm: the torch limit of
-    ``BN2D_AFTER_MHA_BACKENDS``."""
+    ``BN2D_AFTER_BACKENDS``."""
     previous = None
     for _, block in block_refs(spec):
         if block["kind"] in STRIDE_KEEPING:
             continue
-        if block["kind"] == "bn2d" and previous == "mha":
+        if block["kind"] == "bn2d" and previous in BN2D_BAD_INPUTS:
             block.clear()
             block["kind"] = "layernorm"
         previous = block["kind"]
