@@ -575,7 +575,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--markdown", metavar="JSON", help="print a run's tables, run nothing")
     parser.add_argument("--out", help="JSON path (default: results/matrix.json, quick: /tmp)")
     parser.add_argument("--plot", help="PNG path (default: docs/perf_matrix.png; not in quick)")
+    parser.add_argument(
+        "--merge",
+        nargs="+",
+        metavar="JSON",
+        help="write the sections of these runs (one commit, e.g. one process per core) as one",
+    )
     args = parser.parse_args(argv)
+    if args.merge:
+        return merge(args.merge, args.out, args.plot)
     if args.markdown:
         results = json.loads(Path(args.markdown).read_text())
         print(markdown(results))
@@ -639,6 +647,33 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.plot or not quick:  # after the JSON: a missing matplotlib loses no measurement
         path = Path(args.plot) if args.plot else ROOT / "docs" / "perf_matrix.png"
         plot(results, cells, path)
+        print(f"drew {path}")
+    return results
+
+
+def merge(
+    paths: list[str], out: str | None, plot_path: str | None, draw: bool = True
+) -> dict[str, Any]:
+    """The sections of several runs of one commit as one result, with the extremes and the
+    plot recomputed; ``meta`` keeps each run's own under ``parts``."""
+    parts = [json.loads(Path(path).read_text()) for path in paths]
+    commits = {part["meta"].get("commit") for part in parts}
+    if len(commits) != 1:
+        raise SystemExit(f"--merge: the runs come from different commits: {sorted(commits)}")
+    results: dict[str, Any] = {"meta": {**parts[0]["meta"], "parts": [p["meta"] for p in parts]}}
+    for part in parts:
+        for table, value in part.items():
+            if table not in ("meta", "extremes"):
+                results.setdefault(table, {}).update(value)
+    results["meta"]["seconds"] = max(part["meta"]["seconds"] for part in parts)
+    results["meta"]["complete"] = all(part["meta"]["complete"] for part in parts)
+    results["extremes"] = extremes(results, CELLS)
+    target = Path(out) if out else ROOT / "benchmarks/results/matrix.json"
+    target.write_text(json.dumps(results, indent=1))
+    print(f"wrote {target}")
+    if draw:  # after the JSON: a missing matplotlib loses nothing
+        path = Path(plot_path) if plot_path else ROOT / "docs" / "perf_matrix.png"
+        plot(results, CELLS, path)
         print(f"drew {path}")
     return results
 

@@ -64,3 +64,21 @@ def test_the_markdown_tables_have_a_row_per_cell(quick_run):
         )
         assert row.count("|") == 6  # the cell; eager at two sizes, compiled, compile ratio
     assert "| guard check per call | 4 | 16 |" in text
+
+
+def test_merge_writes_the_sections_of_runs_of_one_commit_as_one(quick_run, tmp_path):
+    _, results = quick_run
+    eager = {"meta": results["meta"], "eager": results["eager"]}
+    compiled = {k: v for k, v in results.items() if k != "eager"}
+    paths = [tmp_path / "a.json", tmp_path / "b.json"]
+    for path, part in zip(paths, (eager, compiled)):
+        path.write_text(json.dumps(part))
+    out = tmp_path / "merged.json"
+    merged = matrix.merge([str(p) for p in paths], str(out), None, draw=False)  # no matplotlib
+    assert merged["eager"] == results["eager"]
+    assert merged["compiled aot_eager"] == results["compiled aot_eager"]
+    assert merged["extremes"] == results["extremes"] and len(merged["meta"]["parts"]) == 2
+    assert json.loads(out.read_text()) == merged
+    paths[1].write_text(json.dumps({**compiled, "meta": {**results["meta"], "commit": "other"}}))
+    with pytest.raises(SystemExit, match="different commits"):
+        matrix.merge([str(p) for p in paths], str(out), None, draw=False)
