@@ -26,7 +26,8 @@ call, ratio to `torch.func.functional_call(m, p, (x,))` with the same plain tens
 
 - `fcall.swap` and `fcall.to_module` with plain tensors;
 - torch.func with the same promise: `functional_call(m, {k: nn.Parameter(v) ...}, (x,))`,
-  the Parameters made inside the compiled function.
+  the Parameters made inside the compiled function;
+- and the first call of each (its compile), one each.
 
 Dynamo builds `nn.Parameter(t)` of a graph input in Python before the graph on every call
 (`_nn_param_via_prefix_insert`); for a tensor made in the graph it allocates a placeholder
@@ -202,6 +203,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=15)
     args = parser.parse_args()
     torch.set_num_threads(1)
+    torch._inductor.config.fx_graph_cache = False  # a cell must not reuse another's graph
+    torch._inductor.config.autotune_local_cache = False
+    torch._functorch.config.enable_autograd_cache = False
     print(f"torch {torch.__version__}, fcall {fcall.__version__}; medians over {args.rounds}")
     print("rounds of the ratio to the peer batch beside each cell")
     if "eager" in args.sections:
@@ -217,8 +221,19 @@ def main() -> None:
                 cells = compiled_cells(leaves, backend)
                 calls = {name: _bound(fn, x, p) for name, (fn, p) in cells.items()}
                 with torch.no_grad():
+                    first = {name: _seconds(call) for name, call in calls.items()}
                     results = timed_rounds(calls, args.rounds, 20, warm=3)
                 report(f"compiled {backend}, {leaves} leaves, per call", results, 1, "call")
+                peer_first = first[next(iter(first))]
+                print("  first call (the compile), one each, ratio to the peer's:")
+                for name, seconds in first.items():
+                    print(f"    {name:<44}{seconds:>9.2f} s{seconds / peer_first:>7.2f}x")
+
+
+def _seconds(call: Callable[[], object]) -> float:
+    start = time.perf_counter()
+    call()
+    return time.perf_counter() - start
 
 
 def _bound(fn: Callable, x: torch.Tensor, p: dict) -> Callable[[], object]:
