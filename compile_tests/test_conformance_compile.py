@@ -11,7 +11,7 @@ import re
 import pytest
 import tensordict
 import torch
-from support import Untied, assert_same_state, state
+from support import Tied, Untied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
@@ -397,3 +397,51 @@ def test_a_tie_in_a_deep_copy_after_compiling_is_seen(counter):
     y = fn(twin, {"emb.weight": w}, idx)
     torch.testing.assert_close(y, torch.func.functional_call(twin, {"emb.weight": w}, idx))
     torch.testing.assert_close(y, w[idx] @ w.T)
+
+
+def _untying_steps():
+    """Steps that swap again inside a to_module block of plain tensors given under both
+    tied names: to_module makes one Parameter per name, as tensordict's does, so the
+    second swap meets the names untied (found by the deep parity run)."""
+
+    def undo(m, p, q, idx):
+        old = fcall.to_module(p, m)
+        out = m(idx)
+        fcall.to_module(old, m)
+        return out
+
+    def nested_swap(m, p, q, idx):
+        with fcall.to_module(p, m):
+            with fcall.swap(q, m):
+                inner = m(idx)
+            return inner, m(idx)
+
+    return {"undo": undo, "nested_swap": nested_swap}
+
+
+@pytest.mark.parametrize("step", ["undo", "nested_swap"])
+@pytest.mark.parametrize("backend", ["eager", "aot_eager"])
+def test_a_swap_inside_a_block_that_untied_names_compiles_as_eager(counter, step, backend):
+    m = Tied()
+    before = state(m)
+    idx = torch.tensor([0, 4, 2])
+
+    def params():
+        w, v = torch.randn(5, 3), torch.randn(5, 3)
+        return (
+            TensorDict({"emb": {"weight": w}, "head": {"weight": w}}),
+            TensorDict({"emb": {"weight": v}}),
+        )
+
+    cnt = counter(backend)
+    fn = torch.compile(_untying_steps()[step], backend=cnt, fullgraph=True)
+    p, q = params()
+    expected = _untying_steps()[step](m, p, q, idx)
+    assert_same_state(m, before)
+    torch.testing.assert_close(fn(m, p, q, idx), expected)
+    assert_same_state(m, before)
+    with torch.compiler.set_stance("fail_on_recompile"):
+        p, q = params()
+        torch.testing.assert_close(fn(m, p, q, idx), _untying_steps()[step](m, p, q, idx))
+    assert_same_state(m, before)
+    assert cnt.frame_count == 1

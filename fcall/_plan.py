@@ -445,9 +445,17 @@ def _add_tied_aliases(
     if not tied:
         return
     index_of_name = {name: i for i, name in enumerate(plan.names)}
+    tracing = torch.compiler.is_compiling()
     for group in tied:
         given = [index_of_name[name] for name in group if name in index_of_name]
         if not given:
+            continue
+        # Traced, `tied` is the module as the compiled call got it (_names_and_ties_once);
+        # a swap earlier in the same call may have untied the names (to_module makes one
+        # Parameter per name, as tensordict's does): then they get no aliases, as eager,
+        # which sees the module as it is. Reading the slots also guards that names tied
+        # on entry stay tied (untying them between calls recompiles).
+        if tracing and not _tied_in_trace(root, group):
             continue
         if len(given) > 1:
             plan.tie_sources.append([plan.entries[i][2] for i in given])
@@ -457,9 +465,25 @@ def _add_tied_aliases(
                 index_of_name[name] = len(plan.entries)
                 key = tuple(name.split("."))
                 _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
-        slots = [plan.entries[index_of_name[name]][:2] for name in group]
-        # Traced, reading the tied tensors makes them graph inputs, guarded as one
-        # tensor under several names: untying them later fails the guards (recompile).
-        if torch.compiler.is_compiling() and not still_tied(slots):
-            raise AssertionError("tied names no longer share one tensor")
-        plan.tie_groups.append(slots)
+        plan.tie_groups.append([plan.entries[index_of_name[name]][:2] for name in group])
+
+
+def _tied_in_trace(root: nn.Module, group: tuple[str, ...]) -> bool:
+    """Whether every name of ``group`` holds one tensor in ``root`` as the trace has it."""
+    first = None
+    for name in group:
+        *path, last = name.split(".")
+        owner = root
+        for part in path:
+            owner = owner._modules.get(part)
+            if owner is None:
+                return False
+        slot, _ = slot_of(owner, last)
+        if slot is None:
+            return False
+        value = slot[last]
+        if first is None:
+            first = value
+        elif value is not first:
+            return False
+    return True
