@@ -447,3 +447,23 @@ def test_a_registration_into_a_deep_copy_marks_the_whole_copy():
     w = torch.randn(5, 3)
     expected = torch.func.functional_call(twin, {"emb.weight": w}, idx)
     torch.testing.assert_close(fcall.functional_call(twin, {"emb.weight": w}, (idx,)), expected)
+
+
+def test_a_plain_tensor_under_both_tied_names_gets_one_parameter_per_name_as_tensordict():
+    w = torch.randn(5, 3)
+    seen = {}
+    for name, swap in (("fcall", fcall.to_module), ("tensordict", TensorDict.to_module)):
+        m = Tied()
+        before = state(m)
+        params = TensorDict({"emb": {"weight": w}, "head": {"weight": w}})
+        with swap(params, m):
+            seen[name] = (
+                m.emb.weight is m.head.weight,
+                type(m.emb.weight),
+                type(m.head.weight),
+                m.emb.weight.data_ptr() == m.head.weight.data_ptr() == w.data_ptr(),
+            )
+        if name == "fcall":  # tensordict's restore moves head.weight after head.bias
+            assert_same_state(m, before)
+        assert m.emb.weight is m.head.weight  # tied again after the block, both
+    assert seen["fcall"] == seen["tensordict"] == (False, nn.Parameter, nn.Parameter, True)
