@@ -82,6 +82,13 @@ class Model(nn.Module):
 def architecture_calls(api):
     if api == "functional_call":
         return lambda m, p, x: fcall.functional_call(m, p, (x,))
+    if api == "to_module_replace":  # parameters leave their dict: a key order is recorded
+
+        def replace(m, p, x):
+            with fcall.to_module(p, m, preserve_module_state=False):
+                return m(x)
+
+        return replace
 
     def call(m, p, x):
         swap = fcall.swap if api == "swap" else fcall.to_module
@@ -91,7 +98,7 @@ def architecture_calls(api):
     return call
 
 
-@pytest.mark.parametrize("api", ["swap", "functional_call", "to_module"])
+@pytest.mark.parametrize("api", ["swap", "functional_call", "to_module", "to_module_replace"])
 @pytest.mark.parametrize("container", ["flat", "nested"])
 def test_one_compiled_function_serves_ten_instances_of_an_architecture(counter, api, container):
     models = [Model() for _ in range(10)]

@@ -129,13 +129,22 @@ def commit(swap: Swap) -> None:
         _write_reading_old(swap)
     else:
         if swap.targets is not None:
-            left = {
-                id(entry[0]): entry[0]
-                for entry, target in zip(swap.plan.entries, swap.targets)
-                if target is not entry[0]
-            }
-            swap.orders = [(slot, list(slot)) for slot in left.values()]
+            swap.orders = [(slot, list(slot)) for slot in _dicts_left(swap.plan, swap.targets)]
         _write(swap.plan, swap.new, swap.targets)
+
+
+def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
+    """Each slot dict that some value leaves for another dict, once."""
+    moving = [entry[0] for entry, target in zip(plan.entries, targets) if target is not entry[0]]
+    if not plan.traced:
+        return list({id(slot): slot for slot in moving}.values())
+    # Traced: `id()` of a module's dict guards on that object (another instance of the
+    # architecture would recompile); identity comparisons do not.
+    left: list[dict] = []
+    for slot in moving:
+        if not any(slot is seen for seen in left):
+            left.append(slot)
+    return left
 
 
 def _write(plan: Plan, values: list[Any], targets: list[dict] | None = None) -> None:
