@@ -579,7 +579,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "--merge",
         nargs="+",
         metavar="JSON",
-        help="write the sections of these runs (one commit, e.g. one process per core) as one",
+        help="write the sections of these runs (e.g. one process per core) as one",
     )
     args = parser.parse_args(argv)
     if args.merge:
@@ -654,13 +654,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def merge(
     paths: list[str], out: str | None, plot_path: str | None, draw: bool = True
 ) -> dict[str, Any]:
-    """The sections of several runs of one commit as one result, with the extremes and the
-    plot recomputed; ``meta`` keeps each run's own under ``parts``."""
+    """The sections of several runs as one result, with the extremes and the plot
+    recomputed; ``meta`` keeps each run's own under ``parts``, and ``commits`` lists the
+    commits measured (more than one is printed: say which cells each measured)."""
     parts = [json.loads(Path(path).read_text()) for path in paths]
-    commits = {part["meta"].get("commit") for part in parts}
+    commits = sorted({part["meta"].get("commit", "") for part in parts})
     if len(commits) != 1:
-        raise SystemExit(f"--merge: the runs come from different commits: {sorted(commits)}")
-    results: dict[str, Any] = {"meta": {**parts[0]["meta"], "parts": [p["meta"] for p in parts]}}
+        print(f"--merge: the runs come from different commits: {commits}")
+    results: dict[str, Any] = {
+        "meta": {**parts[0]["meta"], "commits": commits, "parts": [p["meta"] for p in parts]}
+    }
     for part in parts:
         for table, value in part.items():
             if table not in ("meta", "extremes"):

@@ -66,7 +66,7 @@ def test_the_markdown_tables_have_a_row_per_cell(quick_run):
     assert "| guard check per call | 4 | 16 |" in text
 
 
-def test_merge_writes_the_sections_of_runs_of_one_commit_as_one(quick_run, tmp_path):
+def test_merge_writes_the_sections_of_several_runs_as_one(quick_run, tmp_path, capsys):
     _, results = quick_run
     eager = {"meta": results["meta"], "eager": results["eager"]}
     compiled = {k: v for k, v in results.items() if k != "eager"}
@@ -79,6 +79,8 @@ def test_merge_writes_the_sections_of_runs_of_one_commit_as_one(quick_run, tmp_p
     assert merged["compiled aot_eager"] == results["compiled aot_eager"]
     assert merged["extremes"] == results["extremes"] and len(merged["meta"]["parts"]) == 2
     assert json.loads(out.read_text()) == merged
+    assert merged["meta"]["commits"] == [results["meta"]["commit"]]
     paths[1].write_text(json.dumps({**compiled, "meta": {**results["meta"], "commit": "other"}}))
-    with pytest.raises(SystemExit, match="different commits"):
-        matrix.merge([str(p) for p in paths], str(out), None, draw=False)
+    merged = matrix.merge([str(p) for p in paths], str(out), None, draw=False)
+    assert merged["meta"]["commits"] == sorted([results["meta"]["commit"], "other"])
+    assert capsys.readouterr().out.count("different commits") == 1
