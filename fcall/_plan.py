@@ -25,7 +25,7 @@ from torch import nn
 
 from . import _errors
 from ._flatten import Key, Leaves
-from ._ties import REGISTRATIONS, may_be_tied
+from ._ties import REGISTRATIONS, may_be_tied, record_owners
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: [a weak reference to it, its plans by key structure, the express
@@ -248,6 +248,7 @@ def plan_for(
     plan = per_module.get(signature)
     if plan is None or not plan.is_current():
         plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+        record_owners(unwrap(module)[0])  # a tie into this tree counts from now on
         if len(per_module) >= _MAX_PLANS_PER_MODULE:
             per_module.pop(next(iter(per_module)))
         per_module[signature] = plan

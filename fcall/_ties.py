@@ -5,11 +5,19 @@ Every ``register_parameter``, ``register_buffer`` and ``register_module`` (modul
 construction, ``m.head.weight = m.emb.weight``, ``m[1] = m[0]``) calls torch's global
 registration hooks. fcall installs hooks that
 
-* count parameter and submodule registrations (``REGISTRATIONS``): a cached eager plan
-  built before the last one is rebuilt (``Plan.is_current``), which is how a tie made
-  after the first swap is seen, for one integer compare per swap. Buffers are not
-  counted: a forward that reassigns a buffer (``self.count = self.count + 1``) registers
-  it on every call;
+* count the parameter and submodule registrations that may make a tie
+  (``REGISTRATIONS``): a cached eager plan built before the last one is rebuilt
+  (``Plan.is_current``), which is how a tie made after the first swap is seen, for one
+  integer compare per swap. Only those count: a tensor or module registered before
+  into another slot (its first owner is recorded, ``_FIRST_OWNER``), an unseen tensor
+  registered into a deep copy, and any registration into a module built before
+  ``import fcall`` (what it holds was never seen). Building modules, tensordict's own
+  ``to_module`` (which registers each value and then the module's own again, in their
+  first slots) and ``m.weight = nn.Parameter(...)`` leave every plan of every module
+  current. A plan built in eager records the first owner of each tensor and submodule of
+  its tree not seen before (``record_owners``), so that a tie into it is seen even when
+  its modules were built before ``import fcall``. Buffers are not counted: a forward
+  that reassigns a buffer (``self.count = self.count + 1``) registers it on every call;
 * keep a mark in each registering module's ``__dict__`` (``MARK``): ``UNTIED`` once the
   module registers something, ``True`` when a tensor it registers was registered before
   into another slot (both owners), or when it is registered as a submodule a second time
@@ -84,15 +92,21 @@ UNTIED = _Untied()
 _FIRST_OWNER: Any = WeakIdKeyDictionary()
 
 
-def _seen(module: nn.Module, name: str, value: Any, slots: str) -> None:
+def _seen(module: nn.Module, name: str, value: Any, slots: str, counted: bool) -> None:
     attributes = module.__dict__
     mark = attributes.get(MARK)
     if mark is None:
         attributes[MARK] = UNTIED
+        if module._parameters or module._buffers or module._modules:
+            # built before import fcall (a new module's first registration finds its
+            # dicts empty): whether this registration ties something is unknown
+            _record_own(module)
+            _may_tie(counted)
     if value is None or torch.compiler.is_compiling():
         return
     if type(mark) is _Copied and _FIRST_OWNER.get(value) is None:
         mark.tied = True  # a deep copy's own tensor (or a new one) registered into it
+        _may_tie(counted)
     first = _FIRST_OWNER.get(value)
     owner = None if first is None else first[0]()
     if owner is None:  # never seen, or its first owner is gone: this one is its first
@@ -100,6 +114,7 @@ def _seen(module: nn.Module, name: str, value: Any, slots: str) -> None:
         return
     if owner is module and first[1] == name:
         return  # back in its first slot (tensordict's to_module restores through the hooks)
+    _may_tie(counted)
     if slots == "_modules":  # the submodule is at two paths now, and its tensors
         value.__dict__[MARK] = True
     else:
@@ -107,18 +122,35 @@ def _seen(module: nn.Module, name: str, value: Any, slots: str) -> None:
         owner.__dict__[MARK] = True
 
 
+def _may_tie(counted: bool) -> None:
+    if counted:
+        REGISTRATIONS[0] += 1
+
+
+def _record_own(module: nn.Module) -> None:
+    """Record ``module`` as the first owner of what it holds that was never seen."""
+    for slots in (module._parameters, module._buffers, module._modules):
+        for name, value in slots.items():
+            if value is not None and _FIRST_OWNER.get(value) is None:
+                _FIRST_OWNER[value] = (weakref.ref(module), name)
+
+
+def record_owners(root: nn.Module) -> None:
+    """``_record_own`` for every module of ``root``'s tree (a plan was built for it)."""
+    for module in root.modules(remove_duplicate=False):
+        _record_own(module)
+
+
 def _on_parameter(module: nn.Module, name: str, value: Any) -> None:
-    REGISTRATIONS[0] += 1
-    _seen(module, name, value, "_parameters")
+    _seen(module, name, value, "_parameters", counted=True)
 
 
 def _on_buffer(module: nn.Module, name: str, value: Any) -> None:
-    _seen(module, name, value, "_buffers")
+    _seen(module, name, value, "_buffers", counted=False)
 
 
 def _on_module(module: nn.Module, name: str, value: Any) -> None:
-    REGISTRATIONS[0] += 1
-    _seen(module, name, value, "_modules")
+    _seen(module, name, value, "_modules", counted=True)
 
 
 def may_be_tied(attributes: dict) -> bool:

@@ -219,3 +219,63 @@ def test_key_structures_that_differ_only_in_nesting_get_their_own_plans():
         with fcall.swap(other, model):
             pass
     assert model.a.b.item() == 0 and model.b.y.item() == 0
+
+
+def _registering_elsewhere() -> dict:
+    """What other code does between swaps that registers parameters or modules."""
+    other = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    values = fcall.from_module(other).detach().clone()
+    return {
+        "building a module": lambda: nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2)),
+        "a TensorDictParams": lambda: fcall.from_module(other, as_module=True),
+        "tensordict's to_module": lambda: values.to_module(other).to_module(other),
+        "a new Parameter in a slot": lambda: setattr(
+            other[0], "weight", nn.Parameter(values["0", "weight"])
+        ),
+    }
+
+
+@pytest.mark.parametrize("elsewhere", list(_registering_elsewhere()))
+def test_registrations_that_tie_nothing_keep_the_plans_current(elsewhere):
+    # Only a registration that may tie counts (fcall/_ties.py): the rest of the program
+    # building modules, or tensordict swapping another model, leaves this plan current.
+    model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    with fcall.swap(_params(model, 1.0), model):
+        pass
+    (plan,) = _cached_plans(model).values()
+    action = _registering_elsewhere()[elsewhere]
+    for fill in (2.0, 3.0):
+        action()
+        assert plan.is_current()
+        with fcall.swap(_params(model, fill), model):
+            assert (model[1].weight == fill).all()
+    assert list(_cached_plans(model).values()) == [plan]
+
+
+def test_a_tie_into_modules_built_before_import_fcall_is_seen_and_so_is_a_re_tie():
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        """
+        import torch
+        from torch import nn
+        m = nn.ModuleDict({"emb": nn.Embedding(5, 3), "head": nn.Linear(3, 5, bias=False)})
+        import fcall  # after the model: its registrations were never seen
+        w = torch.randn(5, 3)
+        def head_follows():
+            with fcall.swap({"emb.weight": w}, m):
+                return m["head"].weight is w
+        assert not head_follows()  # a plan of the untied model
+        m["head"].weight = m["emb"].weight
+        assert head_follows()  # the tie is seen
+        m["head"].weight = nn.Parameter(torch.randn(5, 3))
+        assert not head_follows()
+        m["head"].weight = m["emb"].weight  # tied again: seen again
+        assert head_follows()
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-3000:]
