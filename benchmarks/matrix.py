@@ -255,7 +255,7 @@ def paired(times: list[float], base: list[float]) -> float:
 def _may_get_express(cell: str, leaves: int) -> bool:
     """Whether fcall's express lane may take over this cell's swaps (fcall/_express.py)."""
     api, container_name, _ = parse(cell)
-    if api not in APIS or container_name == "nested dict":
+    if api not in APIS:
         return False
     limit = _express._MAX_FLAT_LEAVES if container_name == "flat dict" else _express._MAX_LEAVES
     return leaves <= limit
