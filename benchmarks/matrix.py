@@ -252,15 +252,6 @@ def paired(times: list[float], base: list[float]) -> float:
     return statistics.median(t / b for t, b in zip(times, base))
 
 
-def _may_get_express(cell: str, leaves: int) -> bool:
-    """Whether fcall's express lane may take over this cell's swaps (fcall/_express.py)."""
-    api, container_name, _ = parse(cell)
-    if api not in APIS:
-        return False
-    limit = _express._MAX_FLAT_LEAVES if container_name == "flat dict" else _express._MAX_LEAVES
-    return leaves <= limit
-
-
 def _peer_or_self(cells: list[str], peer: Callable[[str], str]) -> Callable[[str], str]:
     return lambda name: peer(name) if name in cells else name
 
@@ -282,8 +273,8 @@ def eager_section(
             model = Chain(leaves, reads=False)
             params = container(kind_values(model, kind), container_name, kind, model)
             fns[name] = eager_swap(api, model, params, x)
-            warm = _express._OFFERS_BEFORE_BUILD + 1 if _may_get_express(name, leaves) else 2
-            for _ in range(warm):  # fcall: the plan, and past 256 swaps its express
+            warm = _express._OFFERS_BEFORE_BUILD + 1 if parse(name)[0] in APIS else 2
+            for _ in range(warm):  # fcall: the plan, and past 256 swaps its express (or not)
                 fns[name]()
         start = time.perf_counter()
         fns[cells[0]]()

@@ -143,11 +143,12 @@ def offer(module: torch.nn.Module, plan: Plan, leaves: Leaves) -> None:
     if plan.traced or _entries_of(params) is None:
         return
     if plan.express is None:
-        flat_keys = _flat_keys(params)  # None: nodes (a TensorDict, a nested dict)
-        if type(params) is dict and flat_keys is None and not _nested_tensors(params):
-            return  # values of other types: the generic path only
         plan.offers += 1
         if plan.offers < _OFFERS_BEFORE_BUILD:
+            return
+        flat_keys = _flat_keys(params)  # None: nodes (a TensorDict, a nested dict)
+        if type(params) is dict and flat_keys is None and not _nested_tensors(params):
+            plan.express = False  # values of other types: the generic path only
             return
         plan.express = _built_or_false(plan, leaves, flat_keys)
     if plan.express:  # else the module keeps the express it has: each checks all it needs
