@@ -56,13 +56,18 @@ def undone_by(params: Any, module: Any, traced: bool = False) -> Swap | None:
         record = params.__dict__.get(RECORD) if isinstance(params, TensorDict) else None
     else:
         last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
-        record = last_op[1][0] if last_op and last_op[0] == OP_NAME else None
+        record = last_op[1][0] if records_a_swap(last_op) else None
     if record is None:
         return None
     swap, owner = record
     if owner is not module or swap.done or swap.mode not in (PRESERVE, REPLACE):
         return None
     return swap
+
+
+def records_a_swap(last_op: Any) -> bool:
+    """Whether a TensorDict's ``_last_op`` is the record of an fcall swap (``attach``)."""
+    return bool(last_op) and last_op[0] == OP_NAME
 
 
 def _no_previous() -> None:

@@ -43,7 +43,7 @@ import torch
 from tensordict import TensorDict
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
-from ._context import OP_NAME
+from ._context import records_a_swap
 from ._engine import PRESERVE, Swap, registered_values
 from ._flatten import Layout, Leaves, layout_of
 from ._plan import Plan, current_express, set_express
@@ -103,7 +103,7 @@ def _entries_of(params: Any) -> dict | None:
         return params
     if cls is not TensorDict:
         # getattr, as _context.undone_by reads it: a TensorDictParams keeps it as its own
-        if not isinstance(params, _TensorDictParamsBase) or _records_a_swap(
+        if not isinstance(params, _TensorDictParamsBase) or records_a_swap(
             getattr(params, "_last_op", None)
         ):
             return None
@@ -111,11 +111,7 @@ def _entries_of(params: Any) -> dict | None:
         if type(params) is not TensorDict:
             return None
     attributes = params.__dict__
-    return None if _records_a_swap(attributes.get("_last_op")) else attributes["_tensordict"]
-
-
-def _records_a_swap(last_op: Any) -> bool:
-    return bool(last_op) and last_op[0] == OP_NAME
+    return None if records_a_swap(attributes.get("_last_op")) else attributes["_tensordict"]
 
 
 def _flat_keys(params: Any) -> list[str] | None:
