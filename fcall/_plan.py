@@ -471,7 +471,7 @@ def _add_tied_aliases(
 
 def _tied_in_trace(root: nn.Module, group: tuple[str, ...]) -> bool:
     """Whether every name of ``group`` holds one tensor in ``root`` as the trace has it."""
-    first = None
+    pairs = []
     for name in group:
         *path, last = name.split(".")
         owner = root
@@ -482,9 +482,5 @@ def _tied_in_trace(root: nn.Module, group: tuple[str, ...]) -> bool:
         slot, _ = slot_of(owner, last)
         if slot is None:
             return False
-        value = slot[last]
-        if first is None:
-            first = value
-        elif value is not first:
-            return False
-    return True
+        pairs.append((slot, last))
+    return still_tied(pairs)
