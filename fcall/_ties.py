@@ -104,10 +104,10 @@ def _seen(module: nn.Module, name: str, value: Any, slots: str, counted: bool) -
             _may_tie(counted)
     if value is None or torch.compiler.is_compiling():
         return
-    if type(mark) is _Copied and _FIRST_OWNER.get(value) is None:
+    first = _FIRST_OWNER.get(value)
+    if type(mark) is _Copied and first is None:
         mark.tied = True  # a deep copy's own tensor (or a new one) registered into it
         _may_tie(counted)
-    first = _FIRST_OWNER.get(value)
     owner = None if first is None else first[0]()
     if owner is None:  # never seen, or its first owner is gone: this one is its first
         _FIRST_OWNER[value] = (weakref.ref(module), name)
