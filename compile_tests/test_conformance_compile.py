@@ -211,7 +211,7 @@ def test_a_tie_made_after_compiling_recompiles_to_the_tied_result(counter):
 # --- 5. a slot deleted inside the block -----------------------------------------------------
 
 
-@pytest.mark.parametrize("api", ["swap", "functional_call"])
+@pytest.mark.parametrize("api", ["swap", "functional_call", "to_module"])
 @pytest.mark.parametrize("name", ["weight", "rb"])
 def test_a_slot_deleted_in_a_compiled_block_is_restored(counter, api, name):
     m = nn.Linear(2, 2)
@@ -228,22 +228,29 @@ def test_a_slot_deleted_in_a_compiled_block_is_restored(counter, api, name):
             return y
 
     outer = Deleting()
-    before = state(m)
     params = {"m.weight": torch.zeros(2, 2), "m.bias": torch.ones(2), "m.rb": torch.ones(2)}
 
     def f(p, x):
         if api == "functional_call":
             return fcall.functional_call(outer, p, (x,))
-        with fcall.swap(p, outer):
+        with (fcall.swap if api == "swap" else fcall.to_module)(p, outer):
             return outer(x)
 
     cnt = counter("eager")
     fn = torch.compile(f, backend=cnt, fullgraph=True)
+    objects = {key: value for key, value in fcall.from_module(m).items()}
     for call in range(2):
         with torch.compiler.set_stance("fail_on_recompile" if call else "default"):
             y = fn(params, torch.ones(2))
         torch.testing.assert_close(y, torch.full((2,), 2.0))
-        assert_same_state(m, before)  # every object back, in its own dict and order
+        # every object back in its own dict; the deleted one at the end of it, as in
+        # eager and as torch.func registers it again
+        for key, value in objects.items():
+            assert (m._buffers if key == "rb" else m._parameters)[key] is value
+        order = ["bias", "weight"] if name == "weight" else ["weight", "bias"]
+        assert list(m._parameters) == order and list(m._buffers) == ["rb"]
+        assert not any(key in m.__dict__ for key in objects)
+    assert cnt.frame_count == 1
     assert cnt.frame_count == 1
 
 

@@ -1,8 +1,9 @@
 """What a compiled ``swap`` / ``functional_call`` guards on, and what it replays (issue 5).
 
-Traced, these install copies of the slot dicts on the modules instead of writing into
-them (``fcall/_copies.py``), and find tied names outside the trace: the module's own
-tensors are never read, so they are neither graph inputs nor guarded on every call.
+Traced, these write into the module's dicts without reading the old tensors (Dynamo keeps
+them as unread entries, put back on restore), and find tied names outside the trace: the
+module's own tensors are never read, so they are neither graph inputs nor guarded on every
+call.
 """
 
 from __future__ import annotations

@@ -31,8 +31,7 @@ import torch
 from torch import nn
 from torch._dynamo.decorators import DynamoConfigPatchProxy
 
-from . import _copies, _errors
-from ._copies import GONE
+from . import _errors
 from ._flatten import Leaves
 from ._plan import Plan, StalePlan
 
@@ -41,15 +40,23 @@ _Tensor, _Parameter = torch.Tensor, nn.Parameter
 _make_subclass = torch.Tensor._make_subclass
 
 
+class _Gone:
+    """What restore reports for a slot that the block deleted (``del m.weight``)."""
+
+    def __repr__(self) -> str:
+        return "<deleted in the block>"
+
+
+GONE = _Gone()
+
+
 class Swap:
     """One applied swap, with what it takes to undo it."""
 
     __slots__ = (
         "deferred",
         "done",
-        "installed",
         "leaves",
-        "live",
         "mode",
         "new",
         "non_blocking",
@@ -70,8 +77,6 @@ class Swap:
         self.orders: list[tuple[dict, list[str]]] = []  # key order of each dict a value left
         self.done = False  # restored already: a second restore must not undo later swaps
         self.deferred = False  # commit reads the old values (and converts) in its write loop
-        self.installed: list | None = None  # under Dynamo: copies of the slot dicts, _copies.py
-        self.live: list[dict] = []  # per entry, the copy that holds its new value
 
     def old_given(self) -> list[Any]:
         return self.old[: self.plan.given]
@@ -121,10 +126,6 @@ def commit(swap: Swap) -> None:
         return commit_sharded(swap)
     if swap.mode == INPLACE:
         _copy_inplace(swap.plan, swap.new, swap.non_blocking)
-    elif swap.mode == AS_IS and not swap.plan.has_attributes and swap.plan.traced:
-        # swap / functional_call: always undone, so the dicts can be copies; a
-        # to_module may stay, and must leave the module its own dicts
-        _copies.install(swap, swap.new, read_old=swap.deferred)
     elif swap.deferred:
         _write_reading_old(swap)
     else:
@@ -167,8 +168,13 @@ def read_slots(plan: Plan) -> list[Any]:
 
 
 def _write_reading_old(swap: Swap) -> None:
-    """Commit's deferred loop (eager only): read each old value, convert (``PRESERVE``) and
-    write; on any failure undo the writes made, a ``KeyError`` becoming ``StalePlan``."""
+    """Commit's deferred loop: read each old value, convert (``PRESERVE``, eager only) and
+    write; on any failure undo the writes made, a ``KeyError`` becoming ``StalePlan``.
+
+    Traced, ``slot[name]`` is Dynamo's unread (lazy) entry of the module's dict: the old
+    tensor is neither a graph input nor guarded, and writing that same entry back on
+    restore leaves the dict as Dynamo found it, so nothing is replayed after the call
+    (``fcall/README.md``, where the code bends to Dynamo)."""
     try:
         if swap.mode == AS_IS or (
             _parameters_track_gradients(swap.plan, swap.new)
@@ -302,11 +308,8 @@ def restore(swap: Swap) -> list[Any]:
         _copy_inplace(plan, swap.old, swap.non_blocking)
         return []
     changed = False  # some slot holds another value than the swap put there
-    if swap.installed is not None:
-        current = _copies.uninstall(swap)
-        for now, new in zip(current, swap.new):
-            if now is not new:
-                changed = True
+    if swap.targets is None and plan.traced:
+        current, changed = _put_back_traced(plan.pairs, swap.old, swap.new)
     elif swap.targets is None:
         express = plan.express  # fcall/_express.py: unrolled, if every slot is unchanged
         if express and express.put_back(swap.old, swap.new):
@@ -387,6 +390,20 @@ def _put_back(pairs: list, old: list, new: list) -> tuple[list, bool]:
         current.append(slot.get(name, GONE))
         slot[name] = old_value
     return current, True
+
+
+def _put_back_traced(pairs: list, old: list, new: list) -> tuple[list, bool]:
+    """``_put_back`` while Dynamo traces: ``get``, since a missing key in ``slot[name]``
+    is a graph break there, not a ``KeyError``."""
+    current = []
+    changed = False
+    for (slot, name), old_value, new_value in zip(pairs, old, new):
+        now = slot.get(name, GONE)
+        current.append(now)
+        if now is not new_value:
+            changed = True
+        slot[name] = old_value
+    return current, changed
 
 
 def _reset_rnn_flat_weights(rnn: nn.Module) -> None:
