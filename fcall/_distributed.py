@@ -81,7 +81,10 @@ def restore(swap: Swap) -> None:
 def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
     if isinstance(root, FSDPModule):
         return True
-    return any(isinstance(child, FSDPModule) for _, _, child in plan.chain)
+    for _, _, child in plan.chain:  # a loop, not any(generator): traced on every compile
+        if isinstance(child, FSDPModule):
+            return True
+    return False
 
 
 def _reshard(fsdp_modules: list) -> None:

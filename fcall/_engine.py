@@ -438,7 +438,13 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
-    traced = plan.traced
+    if plan.traced:
+        with _TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
+            return _registered_per_entry(plan, values, old, True)
+    return _registered_per_entry(plan, values, old, False)
+
+
+def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> list:
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
@@ -465,9 +471,7 @@ def _as_parameter_slot(
         # A new Parameter would be a new leaf and cut the gradients off; keep
         # the value as it is in the parameter slot, as functional_call does.
         return value
-    if traced:
-        with _TRACEABLE_PARAMETER:
-            return nn.Parameter(value, requires_grad=old.requires_grad)
+    # traced, the caller has entered _TRACEABLE_PARAMETER
     return nn.Parameter(value, requires_grad=old.requires_grad)
 
 

@@ -324,9 +324,12 @@ def _names_and_ties(
 def _may_be_tied(plan: Plan) -> bool:
     """Whether a module that owns a given key, or is on a key's path, carries a tie mark:
     read while tracing, as one dict-contains guard per module."""
+    checked = None  # the entries of one module come together: ask once per module
     for entry in plan.entries[: plan.given]:
-        if may_be_tied(entry[3]):
-            return True
+        if entry[3] is not checked:
+            checked = entry[3]
+            if may_be_tied(checked):
+                return True
     for _, _, child in plan.chain:
         if may_be_tied(child.__dict__):
             return True

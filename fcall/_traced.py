@@ -7,10 +7,13 @@ tuple per leaf, then walks the module tree from the root once per key. This walk
 visits each params node once, together with the module it names, and makes per
 leaf only the plan entry and its dotted name.
 
-Anything unusual (a dotted or non-string key, a ``_orig_mod.``/``module.``
-prefix, a key the module does not have, a value that is neither a tensor nor a
-container) returns ``None``, and the generic path runs, raising the same errors
-as in eager.
+A flat dict (``"0.weight"`` keys, as ``torch.func.functional_call`` takes) is
+walked key by key: each key's module is found once per dotted prefix.
+
+Anything unusual (a dotted key in a nested node, a non-string key, a
+``_orig_mod.``/``module.`` prefix, a key the module does not have, a value that is
+neither a tensor nor a container) returns ``None``, and the generic path runs,
+raising the same errors as in eager.
 """
 
 from __future__ import annotations
@@ -35,7 +38,10 @@ def plan_while_tracing(
     if items is None:
         return None
     plan, leaves = Plan(), Leaves(params, api)
-    if not _visit(items, isinstance(params, TensorDictBase), root, "", plan, leaves.values):
+    if isinstance(params, dict) and _has_dotted_key(params):
+        if not _visit_flat(params, root, plan, leaves.values):
+            return None
+    elif not _visit(items, isinstance(params, TensorDictBase), root, "", plan, leaves.values):
         return None
     plan.given = len(plan.entries)  # keys of one node are unique, and no key had a dot
     complete(plan, root, module, api, tie_weights=tie_weights, strict=strict)
@@ -49,6 +55,56 @@ def _items(node: Any, in_tensordict: bool) -> Any:
     if isinstance(node, dict) and not in_tensordict:
         return node.items()
     return None
+
+
+def _has_dotted_key(params: dict) -> bool:
+    for name in params:
+        if isinstance(name, str) and "." in name:
+            return True
+    return False
+
+
+def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
+    """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
+    owners = {"": root}  # module per dotted prefix, each found once
+    if isinstance(root, nn.RNNBase):
+        plan.rnns.append(weakref.ref(root))
+    for key, value in params.items():
+        if not isinstance(key, str) or not (value is None or isinstance(value, torch.Tensor)):
+            return False
+        prefix, _, name = key.rpartition(".")
+        owner = owners.get(prefix)
+        if owner is None:
+            owner = _owner_at(prefix, owners, plan)
+            if owner is None:
+                return False
+        slot, kind = slot_of(owner, name)
+        if slot is None:
+            return False
+        if kind == "a":
+            plan.has_attributes = True
+        plan.entries.append((slot, name, len(values), owner.__dict__, kind))
+        plan.names.append(key)
+        values.append(value)
+    return True
+
+
+def _owner_at(prefix: str, owners: dict, plan: Plan) -> nn.Module | None:
+    """The submodule at dotted ``prefix``, recording each module on its path once."""
+    parent_prefix, _, name = prefix.rpartition(".")
+    parent = owners.get(parent_prefix)
+    if parent is None:
+        parent = _owner_at(parent_prefix, owners, plan) if parent_prefix else None
+        if parent is None:
+            return None
+    child = parent._modules.get(name)
+    if child is None:
+        return None
+    plan.chain.append((parent._modules, name, child))
+    if isinstance(child, nn.RNNBase):
+        plan.rnns.append(weakref.ref(child))
+    owners[prefix] = child
+    return child
 
 
 def _visit(

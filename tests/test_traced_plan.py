@@ -42,6 +42,8 @@ def _cases():
     rnn = nn.Sequential(nn.GRU(2, 3), nn.Linear(3, 1))
     attr = WithAttribute()
     td = fcall.from_module(net)
+    root_and_nested = {"offset": torch.ones(4), "lin.bias": torch.ones(4)}
+    flat_with_attribute = {"lin.weight": torch.ones(2, 2), "scale": torch.ones(2)}
     return [
         ("TensorDict", td, net),
         ("nested dict", td.to_dict(), net),
@@ -52,6 +54,13 @@ def _cases():
         ("tied, both given", fcall.from_module(tied), tied),
         ("RNN", fcall.from_module(rnn), rnn),
         ("plain attribute", {"lin": {"weight": torch.ones(2, 2)}, "scale": torch.ones(2)}, attr),
+        ("flat dict", flat(td), net),
+        ("flat dict, keys out of order", dict(reversed(flat(td).items())), net),
+        ("flat dict, root and nested keys", root_and_nested, net),
+        ("flat dict, tied, both given", flat(fcall.from_module(tied)), tied),
+        ("flat dict, RNN", flat(fcall.from_module(rnn)), rnn),
+        ("flat dict, plain attribute", flat_with_attribute, attr),
+        ("flat dict, deep", flat(fcall.from_module(nn.Sequential(nn.Sequential(net)))), None),
     ]
 
 
@@ -59,6 +68,9 @@ def _cases():
 @pytest.mark.parametrize("tie_weights", [True, False])
 def test_the_traced_walk_builds_the_generic_plan(case, tie_weights):
     _, params, module = case
+    if module is None:  # the deep case: the module is the one its params came from
+        module = nn.Sequential(nn.Sequential(Net()))
+        params = flat(fcall.from_module(module))
     traced = plan_while_tracing(params, module, "t", tie_weights=tie_weights, strict=False)
     assert traced is not None, "the walk deferred to the generic path"
     plan, leaves = traced
@@ -73,13 +85,35 @@ def test_the_traced_walk_builds_the_generic_plan(case, tie_weights):
 @pytest.mark.parametrize(
     "params",
     [
-        {"lin.weight": torch.ones(4, 3)},  # dotted key: the generic path splits it
+        {"lin": {"bn.weight": torch.ones(4, 3)}},  # dotted key in a node: the generic path
         {"_orig_mod": {"lin": {"weight": torch.ones(4, 3)}}},  # a torch.compile prefix
+        {"_orig_mod.lin.weight": torch.ones(4, 3)},
         {"lin": {"wieght": torch.ones(4, 3)}},  # unknown: the generic path raises
+        {"lin.wieght": torch.ones(4, 3)},
         {"lin": {"weight": "not a tensor"}},
+        {"lin.weight": "not a tensor"},
+        {"lin.weight": {"x": torch.ones(1)}},
         TensorDict({"nope": {"weight": torch.ones(4, 3)}}),
+        {"nope.weight": torch.ones(4, 3)},
+        {"lin..weight": torch.ones(4, 3)},
+        {"lin": torch.ones(4, 3)},  # a module's name for a tensor
+        {"lin.weight": torch.ones(4, 3), 0: torch.ones(1)},
     ],
-    ids=["dotted", "prefix", "unknown", "not-a-tensor", "unknown-submodule"],
+    ids=[
+        "dotted-in-node",
+        "prefix",
+        "flat-prefix",
+        "unknown",
+        "flat-unknown",
+        "not-a-tensor",
+        "flat-not-a-tensor",
+        "flat-node-value",
+        "unknown-submodule",
+        "flat-unknown-submodule",
+        "flat-empty-name",
+        "module-name",
+        "flat-non-string-key",
+    ],
 )
 def test_the_traced_walk_defers_what_it_does_not_handle(params):
     assert plan_while_tracing(params, Net(), "t", tie_weights=True, strict=False) is None
