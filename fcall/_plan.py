@@ -314,26 +314,22 @@ def _names_and_ties(
     lookup, which is keyed on ``root`` (an id guard: another instance would recompile)."""
     if torch.compiler.is_compiling() and not traced_guards:
         if plan is not None:
-            plan.may_be_tied = _may_be_tied(plan)
+            plan.may_be_tied = _may_be_tied(plan, root)
             if not plan.may_be_tied:
                 return (), ()
         return _names_and_ties_once(root)
     return _names_and_ties_of(_all_named_tensors(root))
 
 
-def _may_be_tied(plan: Plan) -> bool:
+def _may_be_tied(plan: Plan, root: nn.Module) -> bool:
     """Whether a module that owns a given key, or is on a key's path, carries a tie mark:
-    read while tracing, as one dict-contains guard per module."""
-    checked = None  # the entries of one module come together: ask once per module
-    for entry in plan.entries[: plan.given]:
-        if entry[3] is not checked:
-            checked = entry[3]
-            if may_be_tied(checked):
-                return True
+    read while tracing, as one dict-contains guard per module. Asked before any tied
+    alias is added, so the owners of the entries are the root (``root_dicts`` set) and
+    the modules on the keys' paths (``chain``)."""
     for _, _, child in plan.chain:
         if may_be_tied(child.__dict__):
             return True
-    return False
+    return plan.root_dicts is not None and may_be_tied(root.__dict__)
 
 
 def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:

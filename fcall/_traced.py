@@ -66,66 +66,87 @@ def _has_dotted_key(params: dict) -> bool:
 
 def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
     """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
-    owners = {"": root}  # module per dotted prefix, each found once
-    if isinstance(root, nn.RNNBase):
-        plan.rnns.append(weakref.ref(root))
+    nodes = {"": _node(root, plan)}  # per dotted prefix, each module found once
+    entries, names = plan.entries, plan.names
     for key, value in params.items():
         if not isinstance(key, str) or not (value is None or isinstance(value, torch.Tensor)):
             return False
         prefix, _, name = key.rpartition(".")
-        owner = owners.get(prefix)
-        if owner is None:
-            owner = _owner_at(prefix, owners, plan)
-            if owner is None:
+        node = nodes.get(prefix)
+        if node is None:
+            node = _node_at(prefix, nodes, plan)
+            if node is None:
                 return False
-        slot, kind = slot_of(owner, name)
-        if slot is None:
+        owner, attributes, parameters, buffers, parameter_names, buffer_names = node
+        if not prefix:
+            plan.root_dicts = (parameters, buffers)  # the root owns a key
+        # slot_of, inline: a traced call per leaf costs more than these lines
+        if name in parameter_names:
+            entries.append((parameters, name, len(values), attributes, "p"))
+        elif name in buffer_names:
+            entries.append((buffers, name, len(values), attributes, "b"))
+        elif not _add_attribute(owner, name, len(values), plan):
             return False
-        if kind == "a":
-            plan.has_attributes = True
-        plan.entries.append((slot, name, len(values), owner.__dict__, kind))
-        plan.names.append(key)
+        names.append(key)
         values.append(value)
     return True
 
 
-def _owner_at(prefix: str, owners: dict, plan: Plan) -> nn.Module | None:
-    """The submodule at dotted ``prefix``, recording each module on its path once."""
+def _node_at(prefix: str, nodes: dict, plan: Plan) -> tuple | None:
+    """The node of the submodule at dotted ``prefix``, recording each module on its path once."""
     parent_prefix, _, name = prefix.rpartition(".")
-    parent = owners.get(parent_prefix)
+    parent = nodes.get(parent_prefix)
     if parent is None:
-        parent = _owner_at(parent_prefix, owners, plan) if parent_prefix else None
+        parent = _node_at(parent_prefix, nodes, plan) if parent_prefix else None
         if parent is None:
             return None
-    child = parent._modules.get(name)
+    child = parent[0]._modules.get(name)
     if child is None:
         return None
-    plan.chain.append((parent._modules, name, child))
-    if isinstance(child, nn.RNNBase):
-        plan.rnns.append(weakref.ref(child))
-    owners[prefix] = child
-    return child
+    plan.chain.append((parent[0]._modules, name, child))
+    nodes[prefix] = node = _node(child, plan)
+    return node
+
+
+def _node(owner: nn.Module, plan: Plan) -> tuple:
+    """What the walk reads of a module, once: its dicts and the names they hold.
+    ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``)."""
+    if isinstance(owner, nn.RNNBase):
+        plan.rnns.append(weakref.ref(owner))
+    parameters, buffers = owner._parameters, owner._buffers
+    return owner, owner.__dict__, parameters, buffers, tuple(parameters), tuple(buffers)
+
+
+def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:
+    """A name in neither dict: a plain tensor attribute's entry, or ``False``."""
+    slot, kind = slot_of(owner, name)
+    if slot is None:
+        return False
+    plan.has_attributes = True
+    plan.entries.append((slot, name, index, owner.__dict__, kind))
+    return True
 
 
 def _visit(
     items: Any, in_tensordict: bool, owner: nn.Module, prefix: str, plan: Plan, values: list
 ) -> bool:
     """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
-    if isinstance(owner, nn.RNNBase):
-        plan.rnns.append(weakref.ref(owner))
-    attributes = owner.__dict__
+    _, attributes, parameters, buffers, parameter_names, buffer_names = _node(owner, plan)
+    entries, names = plan.entries, plan.names
+    owns_a_key = False
     for name, value in items:
         # A dotted or non-string name is in no module dict: it falls through to the
         # generic path, which splits or refuses it.
         if value is None or isinstance(value, torch.Tensor):
-            slot, kind = slot_of(owner, name)
-            if slot is None:
+            if name in parameter_names:  # slot_of, inline as in _visit_flat
+                entries.append((parameters, name, len(values), attributes, "p"))
+            elif name in buffer_names:
+                entries.append((buffers, name, len(values), attributes, "b"))
+            elif not _add_attribute(owner, name, len(values), plan):
                 return False
-            if kind == "a":
-                plan.has_attributes = True
-            plan.entries.append((slot, name, len(values), attributes, kind))
-            plan.names.append(prefix + name)
+            names.append(prefix + name)
             values.append(value)
+            owns_a_key = True
             continue
         child = owner._modules.get(name)
         inner = _items(value, in_tensordict)
@@ -135,4 +156,6 @@ def _visit(
         inner_in_tensordict = isinstance(value, TensorDictBase)
         if not _visit(inner, inner_in_tensordict, child, prefix + name + ".", plan, values):
             return False
+    if owns_a_key and not prefix:
+        plan.root_dicts = (parameters, buffers)  # as the generic build records it
     return True

@@ -20,7 +20,9 @@ from fcall._traced import plan_while_tracing
 
 def _summary(plan: _plan.Plan) -> tuple:
     entries = [(id(slot), name, index, kind) for slot, name, index, _, kind in plan.entries]
-    return entries, plan.names, plan.given, plan.tie_sources, plan.has_attributes
+    root_dicts = None if plan.root_dicts is None else [id(d) for d in plan.root_dicts]
+    chain = [(id(modules), name, id(child)) for modules, name, child in plan.chain]
+    return entries, plan.names, plan.given, plan.tie_sources, plan.has_attributes, root_dicts, chain
 
 
 def _generic(params, module, tie_weights=True, strict=False):
