@@ -28,10 +28,12 @@ of a cell is torch.func with a flat dict of the same tensors:
    ``torch.func.functional_call``; tensordict's ``with td.to_module(m)`` beside, for reference.
 2. Compiled ``f(x, p)`` that swaps and calls (``fullgraph=True``, each backend), against
    ``torch.compile(lambda x, p: torch.func.functional_call(m, p, (x,)))`` with a flat dict of
-   the same tensors: per call, first compile (each peer compiles three times, at the start,
-   middle and end of the section, and a cell is set against its peer's median), and the guard
-   check alone (the guard manager of the compiled frame's cache entry, called on the frame's
-   arguments).
+   the same tensors: per call; first compile, in CPU seconds of the process and the C++
+   compiler it waits for (inductor compiles in-process, ``compile_threads = 1``; the wall time
+   is kept beside it), each peer compiling three times, at the start, middle and end of the
+   section, and a cell set against its peer's median; and the guard check alone (the guard
+   manager of the compiled frame's cache entry, called on the frame's arguments), in rounds
+   beside its peer's.
 3. Guard check per call against leaves (``eager`` backend, a ``forward`` that reads no
    parameter, so the guards are the swap's): ``fcall.swap`` with each container against
    ``torch.func.functional_call``.
@@ -49,6 +51,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import platform
 import re
 import statistics
@@ -328,12 +331,11 @@ def guard_check(fn: Callable, x: torch.Tensor, params: Any) -> Callable[[], bool
     return lambda: manager.check(frame_locals)
 
 
-def guard_seconds(fn: Callable, x: torch.Tensor, params: Any, number: int = 20) -> float | None:
-    """Seconds per guard check of ``fn``'s compiled frame (the median of 5 batches)."""
-    check = guard_check(fn, x, params)
-    if check is None:
-        return None
-    return statistics.median(_batch(check, number) for _ in range(5))
+def cpu_seconds() -> float:
+    """CPU seconds of this process and of the children it waited for (a C++ compiler):
+    a compile's cost, where its wall time also holds whatever else the machine ran."""
+    times = os.times()
+    return times.user + times.system + times.children_user + times.children_system
 
 
 def compiled_peer(cell: str) -> str:
@@ -350,7 +352,8 @@ def compiled_section(
         torch._dynamo.reset()
         _warm_compile(backend, leaves, x)
         compiled: dict[str, tuple[Callable, Callable, Any]] = {}
-        compiles: dict[str, list[float]] = {}
+        compiles: dict[str, list[float]] = {}  # CPU seconds, see cpu_seconds
+        wall: dict[str, list[float]] = {}
         peers = sorted({compiled_peer(cell) for cell in cells})
         names = [*cells, *peers]
         # Each peer compiles at the start, in the middle and at the end, and a cell's
@@ -364,10 +367,11 @@ def compiled_section(
             params = container(kind_values(model, kind), container_name, kind, model)
             call = fresh(swap_and_call(api, model), f"cell_{index}")
             fn = torch.compile(call, backend=backend, fullgraph=True)
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), cpu_seconds()
             with torch.no_grad():
                 fn(x, params)
-            compiles.setdefault(name, []).append(time.perf_counter() - start)
+            wall.setdefault(name, []).append(time.perf_counter() - start)
+            compiles.setdefault(name, []).append(cpu_seconds() - start_cpu)
             compiled[name] = (fn, call, params)
         first = {name: statistics.median(seconds) for name, seconds in compiles.items()}
         with torch.no_grad():
@@ -377,21 +381,28 @@ def compiled_section(
                 number,
                 _peer_or_self(cells, compiled_peer),
             )
-            guards = {name: guard_seconds(call, x, p) for name, (_, call, p) in compiled.items()}
+            checks = {name: guard_check(call, x, p) for name, (_, call, p) in compiled.items()}
+            guard_times, guards_beside = rounds_of(
+                {name: check for name, check in checks.items() if check is not None},
+                5,
+                20,
+                _peer_or_self([c for c in cells if checks[c] is not None], compiled_peer),
+            )
         results[str(leaves)] = row = {}
         for name in names:
             row[name] = {
                 "us": statistics.median(times[name]) * 1e6,
                 "compile_s": first[name],
+                "compile_wall_s": statistics.median(wall[name]),
             }
-            if guards[name] is not None:
-                row[name]["guard_us"] = guards[name] * 1e6
+            if name in guard_times:
+                row[name]["guard_us"] = statistics.median(guard_times[name]) * 1e6
             if name in cells:
                 peer = compiled_peer(name)
                 row[name]["ratio"] = paired(times[name], beside[name])
                 row[name]["compile_ratio"] = first[name] / first[peer]
-                if guards[name] is not None and guards[peer] is not None:
-                    row[name]["guard_ratio"] = guards[name] / guards[peer]
+                if name in guards_beside:
+                    row[name]["guard_ratio"] = paired(guard_times[name], guards_beside[name])
         fields = ("us", "ratio", "compile_s", "compile_ratio", "guard_us", "guard_ratio")
         print_section_rows(f"compiled ({backend}), {leaves} leaves", row, cells, fields)
     torch._dynamo.reset()
@@ -590,6 +601,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     torch._inductor.config.fx_graph_cache = False  # a peer must not reuse another's graph
     torch._inductor.config.autotune_local_cache = False
     torch._functorch.config.enable_autograd_cache = False
+    torch._inductor.config.compile_threads = 1  # in this process: its CPU time is the compile's
     cells = [c for c in CELLS if args.only is None or re.search(args.only, c)]
     if not cells:
         parser.error(f"--only {args.only!r} matches no cell")
