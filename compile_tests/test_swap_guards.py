@@ -13,6 +13,7 @@ import torch
 from support import Tied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
+from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 import fcall
 
@@ -64,6 +65,25 @@ def test_the_modules_own_tensors_are_not_guarded(counter, api):
     for p in m.parameters():
         p.requires_grad_(True)
     assert_same_state(m, before)
+
+
+@pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
+def test_the_tie_marks_are_no_aliasing_guard_per_module(counter, api):
+    # One mark object shared by the modules, or type() of the marks, was one `a is b`
+    # guard per module, evaluated in Python on every call.
+    m = nn.Sequential(*[nn.Linear(2, 2) for _ in range(6)])
+
+    def call(p, x):
+        return api(m, p, x)
+
+    torch.compile(call, backend=counter("eager"), fullgraph=True)(
+        fcall.from_module(m).detach().clone(), torch.randn(1, 2)
+    )
+    (entry,) = _debug_get_cache_entry_list(call.__code__)
+    guards = str(entry.guard_manager)
+    assert "_fcall_ties" in guards  # the marks are read, one guard each
+    aliasing = [line for line in guards.splitlines() if "_fcall_ties']" in line and " is " in line]
+    assert aliasing == []
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)

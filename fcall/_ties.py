@@ -18,18 +18,21 @@ registration hooks. fcall installs hooks that
   its tree not seen before (``record_owners``), so that a tie into it is seen even when
   its modules were built before ``import fcall``. Buffers are not counted: a forward
   that reassigns a buffer (``self.count = self.count + 1``) registers it on every call;
-* keep a mark in each registering module's ``__dict__`` (``MARK``): ``UNTIED`` once the
-  module registers something, ``True`` when a tensor it registers was registered before
-  into another slot (both owners), or when it is registered as a submodule a second time
-  (it is then at two paths). ``UNTIED`` pickles as ``True`` and deep-copies as one
-  ``_Copied`` token per copy, shared by its modules: the copy's tensors were never seen
-  registered, so registering one of them (or a new tensor) into the copy sets the token's
-  ``tied`` for every module of the copy. While tracing, when no module that owns a given
-  key or is on a key's path may be tied, no given name is tied to another, and the
-  names-and-ties lookup (keyed on the module object, hence guarded on its id) is skipped:
-  one compiled function then serves every instance of an architecture, as with
-  ``torch.func``. A module built before ``import fcall`` carries no mark: the lookup runs.
-  Ties made by writing a slot dict directly (``m._parameters["w"] = t``) are not seen.
+* keep a mark in each registering module's ``__dict__`` (``MARK``): an ``_Untied`` of
+  its own once the module registers something, ``True`` when a tensor it registers was
+  registered before into another slot (both owners), or when it is registered as a
+  submodule a second time (it is then at two paths). An ``_Untied`` pickles as ``True``
+  and deep-copies as a ``_Copied`` per module, in one ``_CopyGroup`` per deepcopy call:
+  the copy's tensors were never seen registered, so registering one of them (or a new
+  tensor) into the copy sets ``tied`` on every mark of the group. Marks are never shared
+  between modules, and are tested with ``isinstance``: traced, one object (or one
+  ``type()``) read through many modules is an aliasing guard per module. While
+  tracing, when no module that owns a given key or is on a key's path may be tied, no
+  given name is tied to another, and the names-and-ties lookup (keyed on the module
+  object, hence guarded on its id) is skipped: one compiled function then serves every
+  instance of an architecture, as with ``torch.func``. A module built before ``import
+  fcall`` carries no mark: the lookup runs. Ties made by writing a slot dict directly
+  (``m._parameters["w"] = t``) are not seen.
 """
 
 from __future__ import annotations
@@ -46,13 +49,16 @@ MARK = "_fcall_ties"  # the key of the mark in a module's __dict__
 
 
 class _Untied:
-    """The mark of a module none of whose registrations made a tie."""
+    """The mark of a module none of whose registrations made a tie: one per module.
+
+    One object shared by every module read through each module's ``__dict__`` gave
+    Dynamo an aliasing guard (``a is b``) per module, evaluated in Python on every call;
+    a mark of its own per module is a ``TYPE_MATCH`` guard."""
 
     __slots__ = ()
 
     def __deepcopy__(self, memo: dict) -> _Copied:
-        # one token per deepcopy call: deepcopy's memo hands this same one to every module
-        return _Copied()
+        return _Copied(_group_of(memo, False))
 
     def __copy__(self) -> bool:
         return True
@@ -65,17 +71,20 @@ class _Untied:
 
 
 class _Copied:
-    """The mark shared by the modules of one deep copy of untied modules: their tensors
-    were never seen registered, so a registration of an unseen tensor into any of them
-    sets ``tied`` for all of them (where else the copy holds it is unknown)."""
+    """The mark of a module of one deep copy of untied modules, one per module, in one
+    ``_CopyGroup`` per copy: the copy's tensors were never seen registered, so a
+    registration of an unseen tensor into any of its modules sets ``tied`` for all of
+    them (where else the copy holds it is unknown)."""
 
-    __slots__ = ("tied",)
+    __slots__ = ("__weakref__", "group", "tied")
 
-    def __init__(self, tied: bool = False) -> None:
-        self.tied = tied
+    def __init__(self, group: _CopyGroup) -> None:
+        self.group = group
+        self.tied = group.tied
+        group.marks.add(self)
 
     def __deepcopy__(self, memo: dict) -> _Copied:
-        return _Copied(self.tied)
+        return _Copied(_group_of(memo, self.tied))
 
     def __copy__(self) -> bool:
         return True
@@ -87,7 +96,32 @@ class _Copied:
         return f"fcall: a deep copy, tied={self.tied}"
 
 
-UNTIED = _Untied()
+class _CopyGroup:
+    """The marks of one deep copy's modules (read in eager only, never while tracing)."""
+
+    __slots__ = ("marks", "tied")
+
+    def __init__(self, tied: bool) -> None:
+        self.tied = tied
+        self.marks: weakref.WeakSet[_Copied] = weakref.WeakSet()
+
+    def tie(self) -> None:
+        self.tied = True
+        for mark in self.marks:
+            mark.tied = True
+
+
+_GROUP = object()  # the key of a deepcopy call's _CopyGroup in its memo (memo keys are ids)
+
+
+def _group_of(memo: dict, tied: bool) -> _CopyGroup:
+    """The one group of a deepcopy call, made on its first mark."""
+    group = memo.get(id(_GROUP))
+    if group is None:
+        group = memo[id(_GROUP)] = _CopyGroup(tied)
+    return group
+
+
 # tensor or module -> (weakref to its first owner, the name it was registered under)
 _FIRST_OWNER: Any = WeakIdKeyDictionary()
 
@@ -96,7 +130,7 @@ def _seen(module: nn.Module, name: str, value: Any, slots: str, counted: bool) -
     attributes = module.__dict__
     mark = attributes.get(MARK)
     if mark is None:
-        attributes[MARK] = UNTIED
+        attributes[MARK] = _Untied()
         if module._parameters or module._buffers or module._modules:
             # built before import fcall (a new module's first registration finds its
             # dicts empty): whether this registration ties something is unknown
@@ -106,7 +140,7 @@ def _seen(module: nn.Module, name: str, value: Any, slots: str, counted: bool) -
         return
     first = _FIRST_OWNER.get(value)
     if type(mark) is _Copied and first is None:
-        mark.tied = True  # a deep copy's own tensor (or a new one) registered into it
+        mark.group.tie()  # a deep copy's own tensor (or a new one) registered into it
         _may_tie(counted)
     owner = None if first is None else first[0]()
     if owner is None:  # never seen, or its first owner is gone: this one is its first
@@ -157,9 +191,11 @@ def may_be_tied(attributes: dict) -> bool:
     """Whether the module with these ``__dict__`` entries may hold a tied tensor (read
     while tracing: a guard on the mark's type, the same for every untied instance)."""
     mark = attributes.get(MARK)
-    if mark is UNTIED:
+    # isinstance, not type(mark) is: traced, type() of each module's mark is one class
+    # object read from many sources, which Dynamo guards as aliases, per module
+    if isinstance(mark, _Untied):
         return False
-    return mark.tied if type(mark) is _Copied else True
+    return mark.tied if isinstance(mark, _Copied) else True
 
 
 nn.modules.module.register_module_parameter_registration_hook(_on_parameter)

@@ -439,10 +439,16 @@ def test_a_registration_into_a_deep_copy_marks_the_whole_copy():
     from fcall import _ties
 
     twin, other = copy.deepcopy(Untied()), copy.deepcopy(Untied())
-    assert twin.emb.__dict__[_ties.MARK] is twin.head.__dict__[_ties.MARK]  # one per copy
+    emb_mark, head_mark = twin.emb.__dict__[_ties.MARK], twin.head.__dict__[_ties.MARK]
+    assert emb_mark is not head_mark and emb_mark.group is head_mark.group  # one group per copy
+    grandchild = copy.deepcopy(twin)  # a copy of the copy: a group of its own
     twin.head.weight = twin.emb.weight  # the copy's tensor: where else it is, unknown
     assert set(marks(twin).values()) == {True}
     assert set(marks(other).values()) == {False}  # another copy is not concerned
+    assert set(marks(grandchild).values()) == {False}
+    grandchild.emb.weight = grandchild.head.weight
+    assert set(marks(grandchild).values()) == {True}
+    assert set(marks(copy.deepcopy(twin)).values()) == {True}  # a copy of a tied copy
     idx = torch.tensor([0, 4])
     w = torch.randn(5, 3)
     expected = torch.func.functional_call(twin, {"emb.weight": w}, idx)
