@@ -67,6 +67,40 @@ def test_the_modules_own_tensors_are_not_guarded(counter, api):
     assert_same_state(m, before)
 
 
+@pytest.mark.parametrize("kind", ["Parameter", "requires_grad"])
+def test_to_module_with_values_that_track_gradients_guards_no_old_tensor(counter, kind):
+    # Such a value goes in as it is whatever the old one's requires_grad: reading the old
+    # tensor (even `old is None`) would make it a graph input guarded on every call.
+    m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    before = state(m)
+
+    def values():
+        td = fcall.from_module(m).detach().apply(torch.randn_like)
+        return (
+            td.apply(nn.Parameter) if kind == "Parameter" else td.apply(torch.Tensor.requires_grad_)
+        )
+
+    def f(p, x):
+        with fcall.to_module(p, m):
+            return m(x), m[0].weight is p["0", "weight"]
+
+    cnt = counter("eager")
+    fn = torch.compile(f, backend=cnt, fullgraph=True)
+    x = torch.randn(2, 3)
+    fn(values(), x)
+    for p in m.parameters():
+        p.requires_grad_(False)
+    params = values()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        y, same = fn(params, x)
+    assert same  # in the block, the slot holds the very value given
+    torch.testing.assert_close(y, torch.func.functional_call(m, dict(params.flatten_keys(".")), x))
+    assert cnt.frame_count == 1
+    for p in m.parameters():
+        p.requires_grad_(True)
+    assert_same_state(m, before)
+
+
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
 def test_the_tie_marks_are_no_aliasing_guard_per_module(counter, api):
     # One mark object shared by the modules, or type() of the marks, was one `a is b`

@@ -452,7 +452,7 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
         value = converted.get(index)
         if value is None:
             value = values[index]
-            if kind == "p" and old_value is not None and value is not None:
+            if kind == "p" and value is not None:
                 value = _as_parameter_slot(value, old_value, traced)
             elif kind == "b" and isinstance(value, nn.Parameter):
                 value = _as_buffer(value, attributes, name)
@@ -462,14 +462,19 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
 
 
 def _as_parameter_slot(
-    value: torch.Tensor, old: torch.Tensor, traced: bool = False
+    value: torch.Tensor, old: torch.Tensor | None, traced: bool = False
 ) -> torch.Tensor:
-    is_parameter = _isinstance_parameter if traced else _is_parameter
-    if is_parameter(value) and value.requires_grad == old.requires_grad:
-        return value
     if _tracks_gradients(value):
         # A new Parameter would be a new leaf and cut the gradients off; keep
-        # the value as it is in the parameter slot, as functional_call does.
+        # the value as it is in the parameter slot, as functional_call does (a
+        # Parameter that requires grad stays, whatever the old one's requires_grad).
+        # Asked before anything of `old`: traced, reading the old tensor (even
+        # `old is None`) makes it a graph input guarded on every call.
+        return value
+    if old is None:  # a parameter slot holding None (no bias): the value goes in as it is
+        return value
+    is_parameter = _isinstance_parameter if traced else _is_parameter
+    if is_parameter(value) and value.requires_grad == old.requires_grad:
         return value
     # traced, the caller has entered _TRACEABLE_PARAMETER
     return nn.Parameter(value, requires_grad=old.requires_grad)

@@ -49,6 +49,9 @@ def test_quick_mode_prints_and_records_every_cell_beside_its_peer(quick_run):
         assert stdout.count(f"  {cell} ") >= 3, cell  # eager at two sizes, compiled at one
     compiled = results["compiled aot_eager"]["4"]
     assert all(compiled[cell]["guard_us"] > 0 for cell in matrix.CELLS)  # no recompile
+    assert all(compiled[cell]["guard_ratio"] > 0 for cell in matrix.CELLS)  # beside the peer
+    for name, values in compiled.items():  # CPU seconds, and the wall time beside them
+        assert values["compile_s"] > 0 and values["compile_wall_s"] > 0, name
     assert set(results["guards"]) == {"4", "16"}
     assert results["extremes"]["compiled aot_eager @ 4"]["slowest"][0] in matrix.CELLS
 
