@@ -306,6 +306,27 @@ def test_a_nested_dict_takes_the_express_until_its_structure_changes(generic_swa
     assert len(generic_swaps) == (edit is not None)  # declined only for a changed structure
 
 
+@pytest.mark.parametrize("api", ["swap", "to_module"])
+def test_dotted_names_inside_a_nested_dict_swap_right_with_or_without_express(generic_swaps, api):
+    # The fast walk keeps "0.weight" as one name in the signature; the plan comes from the
+    # generic walk, which splits it; an express built for the plain structure declines.
+    model = nn.Sequential(nn.Sequential(nn.Linear(2, 2)), nn.Linear(2, 2))
+    before = state(model)
+    swap = fcall.swap if api == "swap" else fcall.to_module
+
+    def values(fill: float, dotted: bool) -> dict:
+        w, b = nn.Parameter(torch.full((2, 2), fill)), nn.Parameter(torch.full((2,), fill))
+        inner = {"0.weight": w, "0.bias": b} if dotted else {"0": {"weight": w, "bias": b}}
+        return {"0": inner, "1": {"weight": w, "bias": b}}
+
+    for fill, dotted in [(1.0, False), (2.0, False), (3.0, True), (4.0, True), (5.0, True)]:
+        params = values(fill, dotted)
+        with swap(params, model):
+            assert model[0][0].weight is params["1"]["weight"]
+            assert model[1].bias is params["1"]["bias"]
+        assert_same_state(model, before)
+
+
 def without(flat: dict, name: str) -> dict:
     return {key: value for key, value in flat.items() if key != name}
 

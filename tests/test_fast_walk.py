@@ -40,17 +40,29 @@ def test_nested_dict_and_tensordictparams_read_as_the_tensordict_does():
     "params",
     [
         {"0.weight": torch.ones(3, 2)},
-        {"1": {"0.weight": torch.ones(2, 3)}},
         {("1", "0"): {"weight": torch.ones(2, 3)}},
         {"0": {"weight": None}},
     ],
-    ids=["dotted root", "dotted nested", "tuple name", "None value"],
+    ids=["dotted root", "tuple name", "None value"],
 )
 def test_dicts_the_fast_walk_cannot_read_take_the_generic_walk(params):
     leaves = _flatten.flatten_eager(params, "swap")
     generic = _flatten.flatten_generic(params, "swap")
     assert leaves.signature == generic.signature == tuple(generic.keys)
     assert leaves.values == generic.values
+
+
+def test_a_dotted_name_below_the_root_keeps_the_fast_walk_and_the_generic_keys():
+    # The signature holds "0.weight" as one name (a structure of its own); the keys a
+    # plan is built from are the generic walk's, split, in the order of the values.
+    w, b = torch.ones(2, 3), torch.ones(2)
+    params = {"1": {"0.weight": w, "bias": b}}
+    leaves = _flatten.flatten_eager(params, "swap")
+    generic = _flatten.flatten_generic(params, "swap")
+    assert leaves.signature != generic.signature
+    assert leaves.signature != _flatten.flatten_eager({"1": {"0": {"weight": w}}}, "swap").signature
+    assert leaves.keys == generic.keys == [("1", "0", "weight"), ("1", "bias")]
+    assert leaves.values == generic.values == [w, b]
 
 
 def test_one_module_swapped_with_each_container_in_turn():
