@@ -43,7 +43,7 @@ def plan_while_tracing(
             return None
     elif not _visit(items, isinstance(params, TensorDictBase), root, "", plan, leaves.values):
         return None
-    plan.given = len(plan.entries)  # keys of one node are unique, and no key had a dot
+    plan.given = len(plan.entries)  # each name is once: a node's keys (a flat dict's) are
     complete(plan, root, module, api, tie_weights=tie_weights, strict=strict)
     plan.names_are_keys = True
     return plan.finish(cached=False), leaves
