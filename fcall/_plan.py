@@ -292,6 +292,8 @@ def complete(
     if not (tie_weights or strict):
         return
     names, tied = _names_and_ties(root, traced_guards=strict, plan=plan)
+    if tied:  # traced with strict=True, the walk found them without asking the marks:
+        plan.may_be_tied = True  # finish() must still find a slot named twice
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
