@@ -126,7 +126,9 @@ def _to_module(
         swap = _express.try_swap(params, module, api, mode)
         if swap is not None:
             return _attached_old_values(swap, module) if return_swap else None
-    plan, leaves = _resolve(params, module, api, tie_weights=True, strict=False)
+    plan, leaves = _resolve(
+        params, module, api, tie_weights=True, strict=False, make_parameters=mode == PRESERVE
+    )
     if mode != INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, plan, leaves)
         if undone is not None:  # to_module(old, module): put everything back in its place
@@ -403,12 +405,26 @@ def _swap_in_once(
 
 
 def _resolve(
-    params: Params, module: nn.Module, api: str, *, tie_weights: bool, strict: bool
+    params: Params,
+    module: nn.Module,
+    api: str,
+    *,
+    tie_weights: bool,
+    strict: bool,
+    make_parameters: bool = False,
 ) -> tuple[Plan, _flatten.Leaves]:
-    """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``."""
+    """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``.
+    ``make_parameters``: see ``plan_while_tracing``."""
     # The one is_compiling() check of a swap: past it, plan.traced tells.
     if torch.compiler.is_compiling():
-        traced = plan_while_tracing(params, module, api, tie_weights=tie_weights, strict=strict)
+        traced = plan_while_tracing(
+            params,
+            module,
+            api,
+            tie_weights=tie_weights,
+            strict=strict,
+            make_parameters=make_parameters,
+        )
         if traced is not None:
             return traced
         leaves = _flatten.flatten_generic(params, api)

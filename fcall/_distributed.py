@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from . import _errors
-from ._engine import INPLACE, Swap, read_slots
+from ._engine import INPLACE, Swap, read_slots, tracks_gradients
 from ._plan import Plan, unwrap
 
 SHARDED = "sharded"
@@ -98,10 +98,6 @@ def _copy(targets: list, values: list, non_blocking: bool) -> None:
             target.copy_(value, non_blocking=non_blocking)
 
 
-def _tracks_gradients(value: torch.Tensor) -> bool:
-    return value.requires_grad or torch._C._functorch.is_batchedtensor(value)
-
-
 def _prepare_sharded(
     root: nn.Module, plan: Plan, leaves: Any, mode: str, api: str, non_blocking: bool
 ) -> Swap:
@@ -118,7 +114,7 @@ def _prepare_sharded(
                 raise TypeError(_errors.not_a_tensor(api, key, value))
             if target is None:
                 raise ValueError(_errors.inplace_none_target(api, key))
-            if mode != INPLACE and _tracks_gradients(value):
+            if mode != INPLACE and tracks_gradients(value):
                 raise RuntimeError(_requires_grad_on_fsdp(api, key, root_name))
             swap.targets.append(target)
             swap.new.append(_laid_out_like(value, target, api, key))
@@ -193,7 +189,7 @@ def _mesh(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> str:
 def _refuse_grad_through_ddp(plan: Plan, leaves: Any, api: str) -> None:
     for (_, _, index, _, _), key in zip(plan.entries[: plan.given], plan.names):
         value = leaves.values[index]
-        if isinstance(value, torch.Tensor) and _tracks_gradients(value):
+        if isinstance(value, torch.Tensor) and tracks_gradients(value):
             raise RuntimeError(_grad_through_ddp(api, key))
 
 

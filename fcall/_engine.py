@@ -439,14 +439,15 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
     if plan.traced:
-        with _TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
+        with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
             return _registered_per_entry(plan, values, old, True)
     return _registered_per_entry(plan, values, old, False)
 
 
 def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> list:
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
-    converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
+    # Traced, the walk has made the Parameters already (fcall/_traced.py: made_parameters).
+    converted: dict[int, Any] = plan.made_parameters or {}  # per leaf index
     new = []
     for (_, name, index, attributes, kind), old_value in zip(plan.entries, old):
         value = converted.get(index)
@@ -464,19 +465,24 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
 def _as_parameter_slot(
     value: torch.Tensor, old: torch.Tensor | None, traced: bool = False
 ) -> torch.Tensor:
-    if _tracks_gradients(value):
+    if tracks_gradients(value):
         # A new Parameter would be a new leaf and cut the gradients off; keep
         # the value as it is in the parameter slot, as functional_call does (a
         # Parameter that requires grad stays, whatever the old one's requires_grad).
         # Asked before anything of `old`: traced, reading the old tensor (even
         # `old is None`) makes it a graph input guarded on every call.
         return value
+    return as_parameter(value, old, traced)
+
+
+def as_parameter(value: torch.Tensor, old: torch.Tensor | None, traced: bool) -> torch.Tensor:
+    """``_as_parameter_slot`` for a value that tracks no gradients."""
     if old is None:  # a parameter slot holding None (no bias): the value goes in as it is
         return value
     is_parameter = _isinstance_parameter if traced else _is_parameter
     if is_parameter(value) and value.requires_grad == old.requires_grad:
         return value
-    # traced, the caller has entered _TRACEABLE_PARAMETER
+    # traced, the caller has entered TRACEABLE_PARAMETER
     return nn.Parameter(value, requires_grad=old.requires_grad)
 
 
@@ -489,7 +495,7 @@ def _as_parameter_slot(
 # one graph. The flag is patched only around this constructor, while tracing, with
 # the context manager Dynamo restores itself (torch._dynamo.patch_dynamo_config's
 # proxy; patch_dynamo_config's own allow-list does not name this flag).
-_TRACEABLE_PARAMETER = DynamoConfigPatchProxy(
+TRACEABLE_PARAMETER = DynamoConfigPatchProxy(
     torch._dynamo.config.patch(graph_break_on_nn_param_ctor=False)
 )
 
@@ -515,7 +521,7 @@ def _is_parameter(value: Any) -> bool:
     return False if cls is torch.Tensor else isinstance(value, nn.Parameter)
 
 
-def _tracks_gradients(value: torch.Tensor) -> bool:
+def tracks_gradients(value: torch.Tensor) -> bool:
     return value.requires_grad or torch._C._functorch.is_batchedtensor(value)
 
 

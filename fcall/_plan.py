@@ -54,6 +54,7 @@ class Plan:
         "given",
         "has_attributes",
         "layout",
+        "made_parameters",
         "may_be_tied",
         "names",
         "names_are_keys",
@@ -93,6 +94,9 @@ class Plan:
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
+        # traced to_module: the Parameter each plain value becomes, per leaf index, made
+        # by the walk (fcall/_traced.py) before the rest of the module is guarded
+        self.made_parameters: dict[int, Any] | None = None
         self.distributed: Any = None  # set by _distributed on first use
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped

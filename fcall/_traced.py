@@ -25,28 +25,46 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
+from ._engine import TRACEABLE_PARAMETER, as_parameter, tracks_gradients
 from ._flatten import Leaves, items_of, wrapped
 from ._plan import Plan, complete, slot_of, unwrap
 
 
 def plan_while_tracing(
-    params: Any, module: nn.Module, api: str, *, tie_weights: bool, strict: bool
+    params: Any,
+    module: nn.Module,
+    api: str,
+    *,
+    tie_weights: bool,
+    strict: bool,
+    make_parameters: bool = False,
 ) -> tuple[Plan, Leaves] | None:
-    """The plan and leaves of ``params`` for ``module``, or ``None`` to take the generic path."""
+    """The plan and leaves of ``params`` for ``module``, or ``None`` to take the generic path.
+    With ``make_parameters`` (``to_module``'s ``PRESERVE``), the walk also makes the Parameter
+    that each plain value bound for a parameter slot becomes (``plan.made_parameters``)."""
     root, _ = unwrap(module)
     items = _items(params, in_tensordict=False)
     if items is None:
         return None
     plan, leaves = Plan(), Leaves(params, api)
-    if isinstance(params, dict) and _has_dotted_key(params):
-        if not _visit_flat(params, root, plan, leaves.values):
-            return None
-    elif not _visit(items, isinstance(params, TensorDictBase), root, "", plan, leaves.values):
+    if make_parameters:
+        plan.made_parameters = {}
+        with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
+            walked = _walk(params, items, root, plan, leaves.values)
+    else:
+        walked = _walk(params, items, root, plan, leaves.values)
+    if not walked:
         return None
     plan.given = len(plan.entries)  # each name is once: a node's keys (a flat dict's) are
     complete(plan, root, module, api, tie_weights=tie_weights, strict=strict)
     plan.names_are_keys = True
     return plan.finish(cached=False), leaves
+
+
+def _walk(params: Any, items: Any, root: nn.Module, plan: Plan, values: list) -> bool:
+    if isinstance(params, dict) and _has_dotted_key(params):
+        return _visit_flat(params, root, plan, values)
+    return _visit(items, isinstance(params, TensorDictBase), root, "", plan, values)
 
 
 def _items(node: Any, in_tensordict: bool) -> Any:
@@ -67,7 +85,7 @@ def _has_dotted_key(params: dict) -> bool:
 def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
     """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
     nodes = {"": _node(root, plan)}  # per dotted prefix, each module found once
-    entries, names = plan.entries, plan.names
+    entries, names, made = plan.entries, plan.names, plan.made_parameters
     for key, value in params.items():
         if not isinstance(key, str) or not (value is None or isinstance(value, torch.Tensor)):
             return False
@@ -83,6 +101,8 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
         # slot_of, inline: a traced call per leaf costs more than these lines
         if name in parameter_names:
             entries.append((parameters, name, len(values), attributes, "p"))
+            if made is not None and value is not None and not tracks_gradients(value):
+                made[len(values)] = as_parameter(value, parameters[name], True)
         elif name in buffer_names:
             entries.append((buffers, name, len(values), attributes, "b"))
         elif not _add_attribute(owner, name, len(values), plan):
@@ -132,7 +152,7 @@ def _visit(
 ) -> bool:
     """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
     _, attributes, parameters, buffers, parameter_names, buffer_names = _node(owner, plan)
-    entries, names = plan.entries, plan.names
+    entries, names, made = plan.entries, plan.names, plan.made_parameters
     owns_a_key = False
     for name, value in items:
         # A dotted or non-string name is in no module dict: it falls through to the
@@ -140,6 +160,8 @@ def _visit(
         if value is None or isinstance(value, torch.Tensor):
             if name in parameter_names:  # slot_of, inline as in _visit_flat
                 entries.append((parameters, name, len(values), attributes, "p"))
+                if made is not None and value is not None and not tracks_gradients(value):
+                    made[len(values)] = as_parameter(value, parameters[name], True)
             elif name in buffer_names:
                 entries.append((buffers, name, len(values), attributes, "b"))
             elif not _add_attribute(owner, name, len(values), plan):
