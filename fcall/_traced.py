@@ -103,16 +103,19 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
             entries.append((parameters, name, len(values), attributes, "p"))
             if made is not None and value is not None and not tracks_gradients(value):
                 made[len(values)] = as_parameter(value, parameters[name], True)
-        elif name in buffer_names:
-            entries.append((buffers, name, len(values), attributes, "b"))
-        elif not _add_attribute(owner, name, len(values), plan):
-            return False
+        else:
+            if buffer_names is None:
+                node[5] = buffer_names = tuple(buffers)
+            if name in buffer_names:
+                entries.append((buffers, name, len(values), attributes, "b"))
+            elif not _add_attribute(owner, name, len(values), plan):
+                return False
         names.append(key)
         values.append(value)
     return True
 
 
-def _node_at(prefix: str, nodes: dict, plan: Plan) -> tuple | None:
+def _node_at(prefix: str, nodes: dict, plan: Plan) -> list | None:
     """The node of the submodule at dotted ``prefix``, recording each module on its path once."""
     parent_prefix, _, name = prefix.rpartition(".")
     parent = nodes.get(parent_prefix)
@@ -128,13 +131,16 @@ def _node_at(prefix: str, nodes: dict, plan: Plan) -> tuple | None:
     return node
 
 
-def _node(owner: nn.Module, plan: Plan) -> tuple:
+def _node(owner: nn.Module, plan: Plan) -> list:
     """What the walk reads of a module, once: its dicts and the names they hold.
-    ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``)."""
+    ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``).
+    The buffer names (last) are read when a name is not a parameter's: each dict read
+    is two guards (its type and its keys) on every call, and most modules' keys are
+    all parameters."""
     if isinstance(owner, nn.RNNBase):
         plan.rnns.append(weakref.ref(owner))
     parameters, buffers = owner._parameters, owner._buffers
-    return owner, owner.__dict__, parameters, buffers, tuple(parameters), tuple(buffers)
+    return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None]
 
 
 def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:
@@ -162,10 +168,13 @@ def _visit(
                 entries.append((parameters, name, len(values), attributes, "p"))
                 if made is not None and value is not None and not tracks_gradients(value):
                     made[len(values)] = as_parameter(value, parameters[name], True)
-            elif name in buffer_names:
-                entries.append((buffers, name, len(values), attributes, "b"))
-            elif not _add_attribute(owner, name, len(values), plan):
-                return False
+            else:
+                if buffer_names is None:
+                    buffer_names = tuple(buffers)
+                if name in buffer_names:
+                    entries.append((buffers, name, len(values), attributes, "b"))
+                elif not _add_attribute(owner, name, len(values), plan):
+                    return False
             names.append(prefix + name)
             values.append(value)
             owns_a_key = True
