@@ -306,3 +306,31 @@ def test_swap_dest_swapped_back_in_the_trace_is_an_exact_undo():
     use = {"api": "to_module", "entry": "step", "form": "manual", "kw": kw, "vmap": False}
     pspec = {"container": "tdparams", "drop_alias": False, "kinds": ["param"], "seed": 0}
     checks.check_parity(spec, pspec, use, "eager")
+
+
+@pytest.mark.parametrize("backend", ("eager", "aot_eager"))
+def test_strict_with_a_submodule_at_two_paths_swaps_it_once(backend):
+    # Found by the deep parity run: with strict=True, the traced walk of the module saw
+    # the shared submodule's tensors under two names without asking the tie marks, so
+    # the plan did not know its two entries name one slot. The second entry then read
+    # the first one's new value as its old one: the module kept a swapped-in Parameter.
+    spec = {
+        "body": {"children": [{"kind": "linear"}], "container": "seq"},
+        "buffers": "none",
+        "dtype": "float32",
+        "features": 2,
+        "frozen": [0],
+        "heads": 1,
+        "seed": 0,
+        "shared": True,
+        "tie": False,
+        "tie_later": False,
+    }
+    pspec = {"container": "td", "drop_alias": False, "kinds": ["param"], "seed": 0}
+    use = {
+        "api": "functional_call",
+        "entry": "step",
+        "kw": {"strict": True, "tie_weights": True},
+        "vmap": False,
+    }
+    checks.check_instances(spec, pspec, use, backend, instances=2)
