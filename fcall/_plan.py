@@ -55,7 +55,7 @@ class Plan:
         "has_attributes",
         "layout",
         "made_parameters",
-        "may_be_tied",
+        "may_repeat_slots",
         "names",
         "names_are_keys",
         "offers",
@@ -87,9 +87,11 @@ class Plan:
         # take the earlier one's value, and are never written back into params
         self.repeated: frozenset[int] = frozenset()
         self.registrations = -1  # REGISTRATIONS[0] when built (eager): see is_current
-        # traced: some module of the plan carries a tie mark (fcall/_ties.py), so the
-        # module-keyed lookups (id() guards) are made; eager: always looked up
-        self.may_be_tied = False
+        # traced: tied names may be in the tree (some module of the plan carries a tie
+        # mark, fcall/_ties.py, or strict's walk found a tensor under two names), so the
+        # module-keyed lookups (id() guards) are made and finish() looks for a slot that
+        # two entries name; eager: always looked up
+        self.may_repeat_slots = False
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
@@ -110,7 +112,7 @@ class Plan:
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
-        if cached or self.may_be_tied:  # traced, id(slot) guards on the dict's id
+        if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
             self._find_repeated()
         if not cached:
             return self
@@ -297,7 +299,7 @@ def complete(
         return
     names, tied = _names_and_ties(root, traced_guards=strict, plan=plan)
     if tied:  # traced with strict=True, the walk found them without asking the marks:
-        plan.may_be_tied = True  # finish() must still find a slot named twice
+        plan.may_repeat_slots = True  # finish() must still find a slot named twice
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
@@ -320,8 +322,8 @@ def _names_and_ties(
     lookup, which is keyed on ``root`` (an id guard: another instance would recompile)."""
     if torch.compiler.is_compiling() and not traced_guards:
         if plan is not None:
-            plan.may_be_tied = _may_be_tied(plan, root)
-            if not plan.may_be_tied:
+            plan.may_repeat_slots = _may_be_tied(plan, root)
+            if not plan.may_repeat_slots:
                 return (), ()
         return _names_and_ties_once(root)
     return _names_and_ties_of(_all_named_tensors(root))
