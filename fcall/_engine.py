@@ -438,6 +438,10 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
 def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
+    if plan.preserved is not None:  # traced: the walk made them (preserved_value)
+        if plan.direct:
+            return plan.preserved
+        return [plan.preserved[entry[2]] for entry in plan.entries]
     if plan.traced:
         with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
             return _registered_per_entry(plan, values, old, True)
@@ -446,8 +450,7 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
 
 def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> list:
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
-    # Traced, the walk has made the Parameters already (fcall/_traced.py: made_parameters).
-    converted: dict[int, Any] = plan.made_parameters or {}  # per leaf index
+    converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
     for (_, name, index, attributes, kind), old_value in zip(plan.entries, old):
         value = converted.get(index)
@@ -460,6 +463,21 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
             converted[index] = value
         new.append(value)
     return new
+
+
+def preserved_value(value: Any, entry: tuple) -> Any:
+    """What ``PRESERVE`` puts in ``entry``'s slot for ``value``, while tracing: what
+    ``_registered_per_entry`` makes, asked by the walk per leaf (``fcall/_traced.py``)."""
+    slot, name, _, attributes, kind = entry
+    if value is None:
+        return value
+    if kind == "p":
+        if value.requires_grad or _is_batched(value):  # tracks_gradients, inline
+            return value
+        return as_parameter(value, slot[name], True)
+    if kind == "b" and isinstance(value, nn.Parameter):
+        return _as_buffer(value, attributes, name)
+    return value
 
 
 def _as_parameter_slot(

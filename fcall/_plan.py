@@ -54,13 +54,13 @@ class Plan:
         "given",
         "has_attributes",
         "layout",
-        "made_parameters",
         "may_repeat_slots",
         "names",
         "names_are_keys",
         "offers",
         "pairs",
         "parameter_leaves",
+        "preserved",
         "registrations",
         "repeated",
         "rnns",
@@ -96,9 +96,10 @@ class Plan:
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
         self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
-        # traced to_module: the Parameter each plain value becomes, per leaf index, made
-        # by the walk (fcall/_traced.py) before the rest of the module is guarded
-        self.made_parameters: dict[int, Any] | None = None
+        # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
+        # parameter slot: its Parameter), made by the walk (fcall/_traced.py) as it reaches
+        # the leaf, before the rest of the module is guarded
+        self.preserved: list[Any] | None = None
         self.distributed: Any = None  # set by _distributed on first use
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped

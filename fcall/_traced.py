@@ -25,7 +25,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from ._engine import TRACEABLE_PARAMETER, as_parameter, tracks_gradients
+from ._engine import TRACEABLE_PARAMETER, preserved_value
 from ._flatten import Leaves, items_of, wrapped
 from ._plan import Plan, complete, slot_of, unwrap
 
@@ -41,14 +41,14 @@ def plan_while_tracing(
 ) -> tuple[Plan, Leaves] | None:
     """The plan and leaves of ``params`` for ``module``, or ``None`` to take the generic path.
     With ``make_parameters`` (``to_module``'s ``PRESERVE``), the walk also makes the Parameter
-    that each plain value bound for a parameter slot becomes (``plan.made_parameters``)."""
+    that each plain value bound for a parameter slot becomes (``plan.preserved``)."""
     root, _ = unwrap(module)
     items = _items(params, in_tensordict=False)
     if items is None:
         return None
     plan, leaves = Plan(), Leaves(params, api)
     if make_parameters:
-        plan.made_parameters = {}
+        plan.preserved = []
         with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
             walked = _walk(params, items, root, plan, leaves.values)
     else:
@@ -85,7 +85,7 @@ def _has_dotted_key(params: dict) -> bool:
 def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
     """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
     nodes = {"": _node(root, plan)}  # per dotted prefix, each module found once
-    entries, names, made = plan.entries, plan.names, plan.made_parameters
+    entries, names, made = plan.entries, plan.names, plan.preserved
     for key, value in params.items():
         if not isinstance(key, str) or not (value is None or isinstance(value, torch.Tensor)):
             return False
@@ -101,8 +101,6 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
         # slot_of, inline: a traced call per leaf costs more than these lines
         if name in parameter_names:
             entries.append((parameters, name, len(values), attributes, "p"))
-            if made is not None and value is not None and not tracks_gradients(value):
-                made[len(values)] = as_parameter(value, parameters[name], True)
         else:
             if buffer_names is None:
                 node[5] = buffer_names = tuple(buffers)
@@ -110,6 +108,8 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
                 entries.append((buffers, name, len(values), attributes, "b"))
             elif not _add_attribute(owner, name, len(values), plan):
                 return False
+        if made is not None:
+            made.append(preserved_value(value, entries[-1]))
         names.append(key)
         values.append(value)
     return True
@@ -158,7 +158,7 @@ def _visit(
 ) -> bool:
     """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
     _, attributes, parameters, buffers, parameter_names, buffer_names = _node(owner, plan)
-    entries, names, made = plan.entries, plan.names, plan.made_parameters
+    entries, names, made = plan.entries, plan.names, plan.preserved
     owns_a_key = False
     for name, value in items:
         # A dotted or non-string name is in no module dict: it falls through to the
@@ -166,8 +166,6 @@ def _visit(
         if value is None or isinstance(value, torch.Tensor):
             if name in parameter_names:  # slot_of, inline as in _visit_flat
                 entries.append((parameters, name, len(values), attributes, "p"))
-                if made is not None and value is not None and not tracks_gradients(value):
-                    made[len(values)] = as_parameter(value, parameters[name], True)
             else:
                 if buffer_names is None:
                     buffer_names = tuple(buffers)
@@ -175,6 +173,8 @@ def _visit(
                     entries.append((buffers, name, len(values), attributes, "b"))
                 elif not _add_attribute(owner, name, len(values), plan):
                     return False
+            if made is not None:
+                made.append(preserved_value(value, entries[-1]))
             names.append(prefix + name)
             values.append(value)
             owns_a_key = True
