@@ -331,8 +331,10 @@ def restore(swap: Swap) -> list[Any]:
         _reset_rnn_flat_weights(rnn())
     if changed:
         _write_back(swap, current)
-        if GONE in current:  # identity: a tensor is never GONE
-            _check_deleted_slots(plan, current)
+        for now in current:  # `is`, not `GONE in current`: traced on torch 2.12, that
+            if now is GONE:  # compares GONE with tensors, which Dynamo cannot
+                _check_deleted_slots(plan, current)
+                break
     return current
 
 
