@@ -31,7 +31,10 @@ of a cell is torch.func with a flat dict of the same tensors:
    the same tensors: per call; first compile, in CPU seconds of the process and the C++
    compiler it waits for (inductor compiles in-process, ``compile_threads = 1``; the wall time
    is kept beside it), each peer compiling three times, at the start, middle and end of the
-   section, and a cell set against its peer's median; and the guard check alone (the guard
+   section, and a cell set against its peer's median (at 100 leaves and fewer, that whole
+   schedule three times: each cell's compile is a median of three, each peer's of nine; the
+   garbage collector frozen before each compile, so that it walks only that compile's
+   objects); and the guard check alone (the guard
    manager of the compiled frame's cache entry, called on the frame's arguments), in rounds
    beside its peer's.
 3. Guard check per call against leaves (``eager`` backend, a ``forward`` that reads no
@@ -50,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import json
 import os
 import platform
@@ -343,7 +347,12 @@ def compiled_peer(cell: str) -> str:
 
 
 def compiled_section(
-    cells: list[str], sizes: list[int], backend: str, rounds: int, number: int
+    cells: list[str],
+    sizes: list[int],
+    backend: str,
+    rounds: int,
+    number: int,
+    repeat_compiles_up_to: int = 100,
 ) -> dict[str, dict[str, dict[str, float]]]:
     """Per size, per cell and peer: first compile, µs per call and per guard check, ratios."""
     x = torch.randn(8, 4)
@@ -357,16 +366,25 @@ def compiled_section(
         peers = sorted({compiled_peer(cell) for cell in cells})
         names = [*cells, *peers]
         # Each peer compiles at the start, in the middle and at the end, and a cell's
-        # first compile is set against the median of its peer's three: a compile is one
-        # shot, and the machine's load drifts over the section. The last one is timed.
+        # first compile is set against the median of its peer's: a compile is one shot,
+        # and the machine's load drifts over the section. Where compiles are cheap (up to
+        # repeat_compiles_up_to leaves), the whole schedule runs three times and every
+        # cell's first compile is a median of three too. The last compile is the one timed
+        # per call.
         half = len(cells) // 2
         schedule = [*peers, *cells[:half], *peers, *cells[half:], *peers]
+        schedule *= 3 if leaves <= repeat_compiles_up_to else 1
         for index, name in enumerate(schedule):
             api, container_name, kind = parse(name)
             model = Chain(leaves)
             params = container(kind_values(model, kind), container_name, kind, model)
             call = fresh(swap_and_call(api, model), f"cell_{index}")
             fn = torch.compile(call, backend=backend, fullgraph=True)
+            # What the collector would walk during this compile is this compile's own
+            # objects: the compiled functions kept before it are not, so a later cell
+            # does not pay for the earlier ones' heap.
+            gc.collect()
+            gc.freeze()
             start, start_cpu = time.perf_counter(), cpu_seconds()
             with torch.no_grad():
                 fn(x, params)
@@ -639,6 +657,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 backend,
                 rounds=3 if quick else 15,
                 number=2 if quick else 10,
+                repeat_compiles_up_to=0 if quick else 100,
             )
             save(False)
     if "guards" in sections:
