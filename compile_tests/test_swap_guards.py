@@ -172,6 +172,25 @@ def test_strict_sees_a_buffer_registered_after_compiling(counter):
         fn(TensorDict({"0": fcall.from_module(m[0]).detach().clone()}), x)
 
 
+@pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
+@pytest.mark.parametrize("container", ["TensorDict", "flat dict"])
+def test_a_module_whose_keys_are_parameters_has_no_guard_on_its_buffers(counter, api, container):
+    # Each dict read in the trace is two guards on every call (its type and its keys): the
+    # walk reads a module's _buffers only for a key that is not one of its parameters.
+    m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    cnt = counter("eager")
+    fn = torch.compile(lambda p, x: api(m, p, x), backend=cnt, fullgraph=True)
+    x = torch.randn(2, 3)
+    params = fcall.from_module(m).detach().clone()
+    if container == "flat dict":
+        params = dict(params.flatten_keys(".").items())
+    fn(params, x)
+    m[1].register_buffer("seen", torch.zeros(1))  # a buffer dict the swap never read
+    with torch.compiler.set_stance("fail_on_recompile"):
+        fn(params, x)
+    assert cnt.frame_count == 1
+
+
 # --- params that carry tensordict state (issue 15, point 13) ---------------------------------
 
 
