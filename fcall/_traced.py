@@ -95,19 +95,14 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
             node = _node_at(prefix, nodes, plan)
             if node is None:
                 return False
-        owner, attributes, parameters, buffers, parameter_names, buffer_names = node
+        _, attributes, parameters, buffers, parameter_names, _ = node
         if not prefix:
             plan.root_dicts = (parameters, buffers)  # the root owns a key
         # slot_of, inline: a traced call per leaf costs more than these lines
         if name in parameter_names:
             entries.append((parameters, name, len(values), attributes, "p"))
-        else:
-            if buffer_names is None:
-                node[5] = buffer_names = tuple(buffers)
-            if name in buffer_names:
-                entries.append((buffers, name, len(values), attributes, "b"))
-            elif not _add_attribute(owner, name, len(values), plan):
-                return False
+        elif not _add_other(node, name, len(values), plan):
+            return False
         if made is not None:
             made.append(preserved_value(value, entries[-1]))
         names.append(key)
@@ -143,6 +138,19 @@ def _node(owner: nn.Module, plan: Plan) -> list:
     return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None]
 
 
+def _add_other(node: list, name: str, index: int, plan: Plan) -> bool:
+    """A name that is not one of the node's parameters (the rest of ``slot_of``, a call
+    only for these): a buffer's entry, the module's buffer names read on first need, else
+    a plain tensor attribute's, or ``False``."""
+    owner, attributes, _, buffers, _, buffer_names = node
+    if buffer_names is None:
+        node[5] = buffer_names = tuple(buffers)
+    if name in buffer_names:
+        plan.entries.append((buffers, name, index, attributes, "b"))
+        return True
+    return _add_attribute(owner, name, index, plan)
+
+
 def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:
     """A name in neither dict: a plain tensor attribute's entry, or ``False``."""
     slot, kind = slot_of(owner, name)
@@ -157,7 +165,8 @@ def _visit(
     items: Any, in_tensordict: bool, owner: nn.Module, prefix: str, plan: Plan, values: list
 ) -> bool:
     """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
-    _, attributes, parameters, buffers, parameter_names, buffer_names = _node(owner, plan)
+    node = _node(owner, plan)
+    _, attributes, parameters, buffers, parameter_names, _ = node
     entries, names, made = plan.entries, plan.names, plan.preserved
     owns_a_key = False
     for name, value in items:
@@ -166,13 +175,8 @@ def _visit(
         if value is None or isinstance(value, torch.Tensor):
             if name in parameter_names:  # slot_of, inline as in _visit_flat
                 entries.append((parameters, name, len(values), attributes, "p"))
-            else:
-                if buffer_names is None:
-                    buffer_names = tuple(buffers)
-                if name in buffer_names:
-                    entries.append((buffers, name, len(values), attributes, "b"))
-                elif not _add_attribute(owner, name, len(values), plan):
-                    return False
+            elif not _add_other(node, name, len(values), plan):
+                return False
             if made is not None:
                 made.append(preserved_value(value, entries[-1]))
             names.append(prefix + name)
