@@ -298,6 +298,26 @@ def eager_section(
     return results
 
 
+def eager_sizes_apart(sizes: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """The eager section, each size in a process of its own.
+
+    Run one after the other in one process, a size's models land in the memory the
+    previous size's models left, scattered: the swaps of a 1,000-leaf table measured
+    after the 100-leaf one took 1.1-2x as long (0.18x -> 0.21-0.32x) in the same run,
+    and torch.func's beside them as many microseconds more. A user's program builds its
+    model once; each table here does too."""
+    table: dict[str, Any] = {}
+    for leaves in sizes:
+        out = Path(f"/tmp/fcall-matrix-eager-{os.getpid()}-{leaves}.json")
+        command = [sys.executable, __file__, "--sections", "eager", "--sizes", str(leaves)]
+        command += ["--out", str(out), "--plot", "none"]
+        command += ["--quick"] * args.quick + (["--only", args.only] if args.only else [])
+        subprocess.run(command, check=True)
+        table.update(json.loads(out.read_text())["eager"])
+        out.unlink()
+    return table
+
+
 def print_section_rows(
     title: str, row: dict[str, dict[str, float]], cells: list[str], fields: Iterable[str]
 ) -> None:
@@ -600,7 +620,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sizes", help="leaves, comma-separated, for every section")
     parser.add_argument("--markdown", metavar="JSON", help="print a run's tables, run nothing")
     parser.add_argument("--out", help="JSON path (default: results/matrix.json, quick: /tmp)")
-    parser.add_argument("--plot", help="PNG path (default: docs/perf_matrix.png; not in quick)")
+    parser.add_argument(
+        "--plot", help="PNG path (default: docs/perf_matrix.png; not in quick; none: no plot)"
+    )
     parser.add_argument(
         "--merge",
         nargs="+",
@@ -642,12 +664,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         out.write_text(json.dumps(results, indent=1))
 
     if "eager" in sections:
-        results["eager"] = eager_section(
-            cells,
-            sizes or ([4, 16] if quick else [100, 1000, 10_000]),
-            rounds=3 if quick else 15,
-            budget_s=0.0005 if quick else 0.004,
-        )
+        eager_sizes = sizes or ([4, 16] if quick else [100, 1000, 10_000])
+        if len(eager_sizes) > 1:
+            results["eager"] = eager_sizes_apart(eager_sizes, args)
+        else:
+            results["eager"] = eager_section(
+                cells, eager_sizes, rounds=3 if quick else 15, budget_s=0.0005 if quick else 0.004
+            )
         save(False)
     if "compiled" in sections:
         for backend in backends:
@@ -672,7 +695,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"fastest {pair['fastest'][0]:<48}{pair['fastest'][1]:>7.2f}x"
         )
     print(f"\nwrote {out} ({results['meta']['seconds']:.0f} s)")
-    if args.plot or not quick:  # after the JSON: a missing matplotlib loses no measurement
+    if args.plot != "none" and (args.plot or not quick):  # after the JSON: a missing
+        # matplotlib loses no measurement
         path = Path(args.plot) if args.plot else ROOT / "docs" / "perf_matrix.png"
         plot(results, cells, path)
         print(f"drew {path}")
