@@ -46,7 +46,7 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from ._context import records_a_swap
 from ._engine import PRESERVE, Swap, registered_values
 from ._flatten import Layout, Leaves, layout_of
-from ._plan import Plan, current_express, set_express
+from ._plan import UNWATCHED, Plan, current_express, set_express
 from ._ties import REGISTRATIONS
 
 _IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
@@ -270,10 +270,9 @@ class _Source:
         # a parameter or submodule registered since the plan was built (a new tie?)
         lines = [f"        if REG[0] != {self.plan.registrations}: return None"]
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.plan.checks:
-            checks = [
-                f"len({self.constant(parameters, 'P')}) != {n_parameters}",
-                f"len({self.constant(buffers, 'B')}) != {n_buffers}",
-            ]
+            checks = [f"len({self.constant(parameters, 'P')}) != {n_parameters}"]
+            if buffers is not UNWATCHED:
+                checks.append(f"len({self.constant(buffers, 'B')}) != {n_buffers}")
             if child is not None:  # None: the root's row
                 parent_name, child_name = self.constant(parent, "M"), self.constant(child, "C")
                 checks.insert(0, f"{parent_name}.get({name!r}) is not {child_name}")

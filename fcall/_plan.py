@@ -8,7 +8,8 @@ and the name inside that dict. Swapping is then a loop of dict reads and writes.
 Plans are cached per module and per key structure in eager mode. A cached plan
 is checked before each use (``Plan.is_current``): every submodule on a key's
 path is still the same object, every owner still has the same number of
-parameters and buffers, every name is still in its dict, and tied names still
+parameters (and of buffers, where the plan swaps one of them or ``strict=True``
+asks for all), every name is still in its dict, and tied names still
 share one tensor. Any change (a submodule replaced, a parameter registered or
 deleted, a buffer turned into a parameter, weights untied) rebuilds the plan.
 Under Dynamo no cache is used: the plan is built in the traced code, where
@@ -29,8 +30,8 @@ from ._ties import REGISTRATIONS, may_be_tied, record_owners
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: [a weak reference to it, its plans by key structure, the express
-# of its last generic swap or None]. Not a WeakKeyDictionary: its get() is Python
-# code, about a tenth of a small swap.
+# of its last generic swap or None, (key, plan) of its last generic swap]. Not a
+# WeakKeyDictionary: its get() is Python code, about a tenth of a small swap.
 _CACHE: dict[int, list] = {}
 
 # (slot dict, name, index of the value in the params leaves, owner.__dict__, kind)
@@ -107,9 +108,10 @@ class Plan:
         self.offers = 0  # eager uses so far, until the express is built (fcall/_express.py)
         self.express: Any = None  # its Express, False if it gets none, None if not yet built
 
-    def finish(self, cached: bool = True) -> Plan:
+    def finish(self, cached: bool = True, strict: bool = True) -> Plan:
         """Derive what the hot loops read, and, if the plan is ``cached``, what
-        ``is_current`` compares (a plan built under Dynamo is never reused)."""
+        ``is_current`` compares (a plan built under Dynamo is never reused; ``strict``:
+        the plan was built for ``strict=True``, see ``_watched_buffers``)."""
         self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
@@ -124,11 +126,25 @@ class Plan:
         self.buffer_leaves = [entry[2] for entry in self.entries if entry[4] == "b"]
         # One row per module on a key's path, plus the root if it owns a key: one
         # loop iteration per module, not one per dict and one per name.
+        watched = self._watched_buffers(strict)
         for modules, name, child in self.chain:
-            self.checks.append((modules, name, child, *_sized(child._parameters, child._buffers)))
+            buffers = watched(child._buffers)
+            self.checks.append((modules, name, child, *_sized(child._parameters, buffers)))
         if self.root_dicts is not None:
-            self.checks.append((_NO_PARENT, "", None, *_sized(*self.root_dicts)))
+            parameters, buffers = self.root_dicts
+            self.checks.append((_NO_PARENT, "", None, *_sized(parameters, watched(buffers))))
         return self
+
+    def _watched_buffers(self, strict: bool) -> Any:
+        """Which modules' buffer counts ``is_current`` compares: the owners of a buffer
+        entry, or all of them for ``strict`` (a buffer registered later is a missing key)
+        and plain-attribute plans. A buffer registered on a module whose entries are all
+        parameters changes no slot of the plan, and skipping its count spares a read of
+        one more dict per module on every eager swap (``UNWATCHED``: always empty)."""
+        if strict or self.has_attributes:
+            return lambda buffers: buffers
+        owners = {id(entry[0]) for entry in self.entries if entry[4] == "b"}
+        return lambda buffers: buffers if id(buffers) in owners else UNWATCHED
 
     def _find_repeated(self) -> None:
         """A submodule registered at two paths gives two entries one slot: the first
@@ -195,6 +211,7 @@ def _sized(parameters: dict, buffers: dict) -> tuple[dict, int, dict, int]:
 
 
 _NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "child"
+UNWATCHED: dict = {}  # in a row of Plan.checks, the buffers of a module not watched
 
 
 def current_express(module: nn.Module) -> Any:
@@ -216,19 +233,20 @@ def forget(module: nn.Module) -> None:
     _CACHE.pop(id(module), None)
 
 
-def _plans_of(module: nn.Module) -> dict[Any, Plan]:
+def _cached(module: nn.Module) -> list:
+    """The cache entry of ``module``: [a weak reference to it, its plans, its express,
+    the (key, plan) of its last swap]."""
     key = id(module)
     found = _CACHE.get(key)
     if found is not None and found[0]() is module:
-        return found[1]
+        return found
 
     def drop(ref: weakref.ref) -> None:  # the module is gone: so are its plans
         if _CACHE.get(key, (None,))[0] is ref:
             del _CACHE[key]
 
-    plans: dict[Any, Plan] = {}
-    _CACHE[key] = [weakref.ref(module, drop), plans, None]
-    return plans
+    found = _CACHE[key] = [weakref.ref(module, drop), {}, None, (None, None)]
+    return found
 
 
 def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
@@ -251,14 +269,20 @@ def plan_for(
     """The cached plan of ``leaves`` in ``module`` (eager only: under Dynamo a plan is
     built in the trace and never cached, see fcall/_traced.py)."""
     signature = (leaves.signature, tie_weights, strict)
-    per_module = _plans_of(module)
-    plan = per_module.get(signature)
+    cached = _cached(module)
+    per_module = cached[1]
+    # The last swap's key first: equal tuples of the same names compare by identity,
+    # where hashing reads every name (a cache miss each, in a cold swap of a big tree).
+    last = cached[3]
+    plan = last[1] if last[0] == signature else per_module.get(signature)
     if plan is None or not plan.is_current():
         plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
         record_owners(unwrap(module)[0])  # a tie into this tree counts from now on
         if len(per_module) >= _MAX_PLANS_PER_MODULE:
             per_module.pop(next(iter(per_module)))
         per_module[signature] = plan
+    if plan is not last[1]:
+        cached[3] = (signature, plan)
     return plan
 
 
@@ -282,7 +306,7 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
     complete(plan, root, module, api, tie_weights, strict, seen_chain, seen_owner)
-    return plan.finish(cached=not torch.compiler.is_compiling())
+    return plan.finish(cached=not torch.compiler.is_compiling(), strict=strict)
 
 
 def complete(

@@ -137,6 +137,26 @@ def test_registered_parameter_is_seen_by_strict():
             pass
 
 
+def test_a_buffer_registered_beside_parameters_only_keeps_the_plan():
+    # is_current counts the buffers of the modules that own a buffer entry, and of every
+    # module for strict=True (above); a new buffer beside given parameters changes no slot
+    model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
+    params = _params(model, 1.0).exclude(("1", "num_batches_tracked"))
+    with fcall.swap(params, model):
+        pass
+    (plan,) = _cached_plans(model).values()
+    model[0].register_buffer("extra", torch.zeros(1))
+    with fcall.swap(params, model):
+        assert model[0].weight is params["0", "weight"]
+        assert model[1].running_mean is params["1", "running_mean"]
+    assert list(_cached_plans(model).values()) == [plan]
+    model[1].register_buffer("extra", torch.zeros(1))  # beside a buffer entry: a new plan
+    with fcall.swap(params, model):
+        assert model[1].running_var is params["1", "running_var"]
+    assert plan not in _cached_plans(model).values()
+    assert model[0].extra.shape == model[1].extra.shape == (1,)
+
+
 def test_untied_weights_no_longer_follow_each_other():
     model = nn.Sequential(nn.Embedding(3, 2), nn.Linear(2, 3, bias=False))
     model[1].weight = model[0].weight
