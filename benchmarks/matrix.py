@@ -41,7 +41,8 @@ of a cell is torch.func with a flat dict of the same tensors:
    parameter, so the guards are the swap's): ``fcall.swap`` with each container against
    ``torch.func.functional_call``.
 
-Everything runs in one process, one thread, under ``torch.no_grad()`` when compiled. Each
+Everything runs in one thread, under ``torch.no_grad()`` when compiled; each size of the
+eager section in a process of its own (``eager_sizes_apart``), the rest in one. Each
 section runs in rounds; in each round every cell runs one batch right beside a batch of its
 peer (before it in even rounds, after it in odd ones, the cells in reversed order every
 other round), and a cell's ratio is the median over rounds of its batch's time over the
