@@ -266,3 +266,31 @@ def test_torchrl_style_loss_has_no_more_guards_than_stock_tensordicts(counter):
     stock_guards = run_loss_steps(counter, "tensordict", "tdparams")
     # measured on torch 2.13.0 / tensordict 0.15.3: 135 and 170
     assert len(fcall_guards) <= len(stock_guards)
+
+
+def guards_of_a_swap(counter, layers: int, as_tdparams: bool) -> list[str]:
+    torch._dynamo.reset()
+    m = nn.Sequential(*[nn.Linear(4, 4) for _ in range(layers)])
+    td = TensorDict.from_module(m).detach().clone().apply(nn.Parameter)
+    p = fcall.TensorDictParams(td) if as_tdparams else td
+
+    def step(m, p, x):
+        with fcall.swap(p, m):
+            return m(x)
+
+    cnt = counter("eager")
+    fn = torch.compile(step, backend=cnt, fullgraph=True)
+    with torch.no_grad():
+        fn(m, p, torch.randn(2, 4))
+    assert cnt.frame_count == 1
+    return leaf_guards(step)
+
+
+def test_a_tensordictparams_is_guarded_as_its_tensordict_plus_one_access(counter):
+    # issue 17's guard target in what is checked: the TensorDictParams' own access to its
+    # TensorDict is the only guard more, whatever the number of leaves
+    extra = [
+        len(guards_of_a_swap(counter, layers, True)) - len(guards_of_a_swap(counter, layers, False))
+        for layers in (2, 8)
+    ]
+    assert extra[0] == extra[1] and 0 <= extra[0] <= 2, extra
