@@ -62,6 +62,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import types
 from collections.abc import Callable, Iterable
@@ -308,14 +309,14 @@ def eager_sizes_apart(sizes: list[int], args: argparse.Namespace) -> dict[str, A
     and torch.func's beside them as many microseconds more. A user's program builds its
     model once; each table here does too."""
     table: dict[str, Any] = {}
-    for leaves in sizes:
-        out = Path(f"/tmp/fcall-matrix-eager-{os.getpid()}-{leaves}.json")
-        command = [sys.executable, __file__, "--sections", "eager", "--sizes", str(leaves)]
-        command += ["--out", str(out), "--plot", "none"]
-        command += ["--quick"] * args.quick + (["--only", args.only] if args.only else [])
-        subprocess.run(command, check=True)
-        table.update(json.loads(out.read_text())["eager"])
-        out.unlink()
+    with tempfile.TemporaryDirectory(prefix="fcall-matrix-eager-") as parts:
+        for leaves in sizes:
+            out = Path(parts) / f"{leaves}.json"
+            command = [sys.executable, __file__, "--sections", "eager", "--sizes", str(leaves)]
+            command += ["--out", str(out), "--plot", "none"]
+            command += ["--quick"] * args.quick + (["--only", args.only] if args.only else [])
+            subprocess.run(command, check=True)
+            table.update(json.loads(out.read_text())["eager"])
     return table
 
 
@@ -696,8 +697,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"fastest {pair['fastest'][0]:<48}{pair['fastest'][1]:>7.2f}x"
         )
     print(f"\nwrote {out} ({results['meta']['seconds']:.0f} s)")
-    if args.plot != "none" and (args.plot or not quick):  # after the JSON: a missing
-        # matplotlib loses no measurement
+    # after the JSON: a missing matplotlib loses no measurement
+    if args.plot != "none" and (args.plot or not quick):
         path = Path(args.plot) if args.plot else ROOT / "docs" / "perf_matrix.png"
         plot(results, cells, path)
         print(f"drew {path}")
