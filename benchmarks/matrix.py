@@ -42,7 +42,7 @@ of a cell is torch.func with a flat dict of the same tensors:
    ``torch.func.functional_call``.
 
 Everything runs in one thread, under ``torch.no_grad()`` when compiled; each size of the
-eager section in a process of its own (``eager_sizes_apart``), the rest in one. Each
+eager and guard sections in a process of its own (``sizes_apart``), the rest in one. Each
 section runs in rounds; in each round every cell runs one batch right beside a batch of its
 peer (before it in even rounds, after it in odd ones, the cells in reversed order every
 other round), and a cell's ratio is the median over rounds of its batch's time over the
@@ -300,8 +300,8 @@ def eager_section(
     return results
 
 
-def eager_sizes_apart(sizes: list[int], args: argparse.Namespace) -> dict[str, Any]:
-    """The eager section, each size in a process of its own.
+def sizes_apart(section: str, sizes: list[int], args: argparse.Namespace) -> dict[str, Any]:
+    """A section (``eager`` or ``guards``), each size in a process of its own.
 
     Run one after the other in one process, a size's models land in the memory the
     previous size's models left, scattered: the swaps of a 1,000-leaf table measured
@@ -309,14 +309,15 @@ def eager_sizes_apart(sizes: list[int], args: argparse.Namespace) -> dict[str, A
     and torch.func's beside them as many microseconds more. A user's program builds its
     model once; each table here does too."""
     table: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="fcall-matrix-eager-") as parts:
+    with tempfile.TemporaryDirectory(prefix=f"fcall-matrix-{section}-") as parts:
         for leaves in sizes:
             out = Path(parts) / f"{leaves}.json"
-            command = [sys.executable, __file__, "--sections", "eager", "--sizes", str(leaves)]
+            command = [sys.executable, __file__, "--sections", section, "--sizes", str(leaves)]
             command += ["--out", str(out), "--plot", "none"]
             command += ["--quick"] * args.quick + (["--only", args.only] if args.only else [])
+            command += ["--builds", str(args.builds)] if args.builds else []
             subprocess.run(command, check=True)
-            table.update(json.loads(out.read_text())["eager"])
+            table.update(json.loads(out.read_text())[section])
     return table
 
 
@@ -459,43 +460,80 @@ GUARD_CONTAINERS = (
 
 
 def guard_section(
-    sizes: list[int], rounds: int, kind: str = "Parameter"
-) -> dict[str, dict[str, float]]:
-    """Guard check per call against leaves: fcall.swap with each container, torch.func;
-    in rounds, each check's batch beside a batch of torch.func's (as ``rounds_of``)."""
-    x = torch.randn(8, 4)
-    results: dict[str, dict[str, float]] = {}
+    sizes: list[int], rounds: int, builds: int, kind: str = "Parameter"
+) -> dict[str, dict[str, Any]]:
+    """Guard check per call against leaves: fcall.swap with each container, torch.func.
+
+    A guard check walks the frame's guard tree and the objects it guards, so its time
+    follows where they lie in memory: the same cell built later in the same process
+    measured 0.75-1.5x the one beside it. So each size is built ``builds`` times (the
+    cells' build order rotated each time, models and compiles dropped between builds), and
+    each build measured in rounds, each check's batch beside a batch of torch.func's (as
+    ``rounds_of``). A cell's ``guard_us`` and ``ratio`` are medians over the builds of each
+    build's median; ``to_tensordict`` is its ratio over the TensorDict cell's, build by
+    build; ``builds`` keeps each build's ratio."""
+    results: dict[str, dict[str, Any]] = {}
+    peer = f"torch.func | flat dict | {kind}"
+    names = [f"swap | {c} | {kind}" for c in GUARD_CONTAINERS] + [peer]
     for leaves in sizes:
-        torch._dynamo.reset()
-        checks: dict[str, Callable[[], Any]] = {}
-        peer = f"torch.func | flat dict | {kind}"
-        names = [f"swap | {c} | {kind}" for c in GUARD_CONTAINERS] + [peer]
-        with torch.no_grad():
-            for index, name in enumerate(names):
-                api, container_name, _ = parse(name)
-                model = Chain(leaves, reads=False)
-                params = container(kind_values(model, kind), container_name, kind, model)
-                call = fresh(swap_and_call(api, model), f"guards_{index}")
-                torch.compile(call, backend="eager", fullgraph=True)(x, params)
-                check = guard_check(call, x, params)
-                if check is not None:
-                    checks[name] = check
-            times, beside = rounds_of(checks, rounds, 20, lambda n: peer if n != peer else n)
+        per_build = [
+            _guard_build(names, leaves, b * len(names) // builds, rounds) for b in range(builds)
+        ]
+        tensordict_name = names[0]
         results[str(leaves)] = row = {}
         for name in names:
-            if name not in checks:
-                row[name] = {"guard_us": float("nan"), "ratio": float("nan")}  # recompiled
+            done = [build[name] for build in per_build if name in build]
+            if len(done) < builds:  # a build recompiled: its guards are not this cell's alone
+                row[name] = {"guard_us": float("nan"), "ratio": float("nan")}
                 continue
-            ratio = paired(times[name], beside[name]) if name != peer else 1.0
-            row[name] = {"guard_us": statistics.median(times[name]) * 1e6, "ratio": ratio}
+            to_td = [
+                b[name]["guard_us"] / b[tensordict_name]["guard_us"]
+                for b in per_build
+                if tensordict_name in b
+            ]
+            row[name] = {
+                "guard_us": statistics.median(b["guard_us"] for b in done),
+                "ratio": statistics.median(b["ratio"] for b in done),
+                "to_tensordict": statistics.median(to_td) if to_td else float("nan"),
+                "builds": [round(b["ratio"], 3) for b in done],
+            }
         print_section_rows(
-            f"guard check per call, {leaves} leaves (eager backend, forward reads nothing)",
+            f"guard check per call, {leaves} leaves, medians of {builds} builds "
+            "(eager backend, forward reads nothing)",
             row,
             names[:-1],
-            ("guard_us", "ratio"),
+            ("guard_us", "ratio", "to_tensordict"),
         )
-    torch._dynamo.reset()
     return results
+
+
+def _guard_build(
+    names: list[str], leaves: int, first: int, rounds: int
+) -> dict[str, dict[str, float]]:
+    """One build of every guard cell, from ``names[first]`` on, and its rounds."""
+    torch._dynamo.reset()
+    gc.collect()
+    x = torch.randn(8, 4)
+    peer = names[-1]
+    checks: dict[str, Callable[[], Any]] = {}
+    with torch.no_grad():
+        for name in names[first:] + names[:first]:
+            api, container_name, kind = parse(name)
+            model = Chain(leaves, reads=False)
+            params = container(kind_values(model, kind), container_name, kind, model)
+            call = fresh(swap_and_call(api, model), f"guards_{names.index(name)}")
+            torch.compile(call, backend="eager", fullgraph=True)(x, params)
+            check = guard_check(call, x, params)
+            if check is not None:
+                checks[name] = check
+        times, beside = rounds_of(checks, rounds, 20, lambda n: peer if n != peer else n)
+    measured = {}
+    for name in checks:
+        ratio = paired(times[name], beside[name]) if name != peer else 1.0
+        measured[name] = {"guard_us": statistics.median(times[name]) * 1e6, "ratio": ratio}
+    del checks
+    torch._dynamo.reset()
+    return measured
 
 
 def extremes(results: dict[str, Any], cells: list[str]) -> dict[str, Any]:
@@ -583,13 +621,17 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {cell.replace(' | ', ' · ')} | " + " | ".join(text) + " |")
     if "guards" in results:
         sizes = list(results["guards"])
-        lines += ["", "| guard check per call | " + " | ".join(f"{int(n):,}" for n in sizes) + " |"]
+        header = "| guard check per call (to torch.func, to TensorDict) | "
+        lines += ["", header + " | ".join(f"{int(n):,}" for n in sizes) + " |"]
         lines.append("| --- |" + " ---: |" * len(sizes))
         for name in results["guards"][sizes[0]]:
             row = [results["guards"][n][name] for n in sizes]
             lines.append(
                 f"| {name.replace(' | ', ' · ')} | "
-                + " | ".join(f"{r['guard_us']:.0f} µs ({r['ratio']:.2f}x)" for r in row)
+                + " | ".join(
+                    f"{r['guard_us']:.0f} µs ({r['ratio']:.2f}x, {r['to_tensordict']:.2f}x)"
+                    for r in row
+                )
                 + " |"
             )
     return "\n".join(lines)
@@ -620,6 +662,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--sections", default="eager,compiled,guards")
     parser.add_argument("--backends", help="default: inductor,aot_eager (quick: aot_eager)")
     parser.add_argument("--sizes", help="leaves, comma-separated, for every section")
+    parser.add_argument(
+        "--builds", type=int, help="guard section: builds per size (default 6, quick: 2)"
+    )
     parser.add_argument("--markdown", metavar="JSON", help="print a run's tables, run nothing")
     parser.add_argument("--out", help="JSON path (default: results/matrix.json, quick: /tmp)")
     parser.add_argument(
@@ -668,7 +713,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if "eager" in sections:
         eager_sizes = sizes or ([4, 16] if quick else [100, 1000, 10_000])
         if len(eager_sizes) > 1:
-            results["eager"] = eager_sizes_apart(eager_sizes, args)
+            results["eager"] = sizes_apart("eager", eager_sizes, args)
         else:
             results["eager"] = eager_section(
                 cells, eager_sizes, rounds=3 if quick else 15, budget_s=0.0005 if quick else 0.004
@@ -686,9 +731,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             save(False)
     if "guards" in sections:
-        results["guards"] = guard_section(
-            sizes or ([4, 16] if quick else [100, 1000, 10_000]), rounds=3 if quick else 15
-        )
+        guard_sizes = sizes or ([4, 16] if quick else [100, 1000, 10_000])
+        if len(guard_sizes) > 1:
+            results["guards"] = sizes_apart("guards", guard_sizes, args)
+        else:
+            results["guards"] = guard_section(
+                guard_sizes, rounds=3 if quick else 15, builds=args.builds or (2 if quick else 6)
+            )
     save(True)
     print("\nslowest and fastest cell of each table (ratio to torch.func):")
     for table, pair in results["extremes"].items():

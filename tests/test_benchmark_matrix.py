@@ -66,7 +66,7 @@ def test_the_markdown_tables_have_a_row_per_cell(quick_run):
             if line.startswith(f"| {cell.replace(' | ', ' · ')} |")
         )
         assert row.count("|") == 6  # the cell; eager at two sizes, compiled, compile ratio
-    assert "| guard check per call | 4 | 16 |" in text
+    assert "| guard check per call (to torch.func, to TensorDict) | 4 | 16 |" in text
 
 
 def test_merge_writes_the_sections_of_several_runs_as_one(quick_run, tmp_path, capsys):
