@@ -39,7 +39,8 @@ of a cell is torch.func with a flat dict of the same tensors:
    beside its peer's.
 3. Guard check per call against leaves (``eager`` backend, a ``forward`` that reads no
    parameter, so the guards are the swap's): ``fcall.swap`` with each container against
-   ``torch.func.functional_call``.
+   ``torch.func.functional_call``, every container holding the same tensors; each size
+   built several times (``--builds``, the build order rotated), medians over the builds.
 
 Everything runs in one thread, under ``torch.no_grad()`` when compiled; each size of the
 eager and guard sections in a process of its own (``sizes_apart``), the rest in one. Each
@@ -462,13 +463,15 @@ GUARD_CONTAINERS = (
 def guard_section(
     sizes: list[int], rounds: int, builds: int, kind: str = "Parameter"
 ) -> dict[str, dict[str, Any]]:
-    """Guard check per call against leaves: fcall.swap with each container, torch.func.
+    """Guard check per call against leaves: fcall.swap with each container, torch.func,
+    every container holding the same tensors (a TensorDictParams wraps the very TensorDict
+    of the TensorDict cell), so that what differs is the containers' guards.
 
     A guard check walks the frame's guard tree and the objects it guards, so its time
-    follows where they lie in memory: the same cell built later in the same process
-    measured 0.75-1.5x the one beside it. So each size is built ``builds`` times (the
-    cells' build order rotated each time, models and compiles dropped between builds), and
-    each build measured in rounds, each check's batch beside a batch of torch.func's (as
+    follows where they lie in memory: with tensors of their own, cells with the same guards
+    measured 0.75-1.5x each other. So each size is built ``builds`` times (the cells' build
+    order rotated each time, models and compiles dropped between builds), and each build
+    measured in rounds, each check's batch beside a batch of torch.func's (as
     ``rounds_of``). A cell's ``guard_us`` and ``ratio`` are medians over the builds of each
     build's median; ``to_tensordict`` is its ratio over the TensorDict cell's, build by
     build; ``builds`` keeps each build's ratio."""
@@ -516,11 +519,13 @@ def _guard_build(
     x = torch.randn(8, 4)
     peer = names[-1]
     checks: dict[str, Callable[[], Any]] = {}
+    values: TensorDict | None = None  # every cell's container holds the same tensors
     with torch.no_grad():
         for name in names[first:] + names[:first]:
             api, container_name, kind = parse(name)
             model = Chain(leaves, reads=False)
-            params = container(kind_values(model, kind), container_name, kind, model)
+            values = kind_values(model, kind) if values is None else values
+            params = container(values, container_name, kind, model)
             call = fresh(swap_and_call(api, model), f"guards_{names.index(name)}")
             torch.compile(call, backend="eager", fullgraph=True)(x, params)
             check = guard_check(call, x, params)

@@ -16,10 +16,12 @@ of a flat dict of the same plain tensors):
 - `fcall.swap` (values go in as they are) and `fcall.to_module` with Parameter values;
 - `fcall.to_module` with plain tensors (a new Parameter per leaf);
 - making the Parameters alone (`Tensor._make_subclass`, what `nn.Parameter` runs);
-- the checks a cache of wrappers would need before reusing one, alone: nothing holds it
-  (`sys.getrefcount`, `Tensor._use_count` for autograd graphs), no `.grad`, no hooks, the
-  `requires_grad` it was made with, still aliasing its value (`is_set_to`), each as a C loop
-  over the leaves (`map`).
+- the checks a cache of wrappers would need before reusing one, alone: the same values,
+  nothing holds the wrapper (`sys.getrefcount`, `Tensor._use_count` for autograd graphs,
+  `weakref.getweakrefcount`), no `.grad`, no hooks, no attribute, the `requires_grad` it was
+  made with, still aliasing its value (`is_set_to`), each as a C loop over the leaves (`map`);
+- a wrapper cache at best: the cached wrappers swapped in as they are (`fcall.swap`), then
+  those checks; no lookup, no `.grad` reset, no miss.
 
 Compiled (`fullgraph=True`, `f(x, p)` that swaps and calls, under `torch.no_grad()`), per
 call, ratio to `torch.func.functional_call(m, p, (x,))` with the same plain tensors:
@@ -43,6 +45,7 @@ import os
 import statistics
 import sys
 import time
+import weakref
 from collections.abc import Callable
 
 import torch
@@ -64,12 +67,13 @@ def plain_values(model: nn.Module) -> dict[str, torch.Tensor]:
 
 def eager_cells(leaves: int) -> dict[str, Callable[[], object]]:
     """Each cell: a function that swaps and restores once (or does the part it names)."""
-    models = {name: chain(leaves) for name in ("peer", "swap", "param", "plain")}
+    models = {name: chain(leaves) for name in ("peer", "swap", "param", "plain", "cache")}
     flat = plain_values(models["peer"])
     values = list(flat.values())
     as_parameters = {k: nn.Parameter(v) for k, v in flat.items()}
     wrappers = [_make_subclass(nn.Parameter, v, True) for v in values]
-    checks = _reuse_checks(wrappers, values)
+    cached = dict(zip(flat, wrappers))
+    checks = _reuse_checks(wrappers, values)  # every check passes: none stops early
     assert checks(), "a fresh wrapper must pass every check"
 
     def peer():
@@ -88,6 +92,13 @@ def eager_cells(leaves: int) -> dict[str, Callable[[], object]]:
         with fcall.to_module(flat, models["plain"]):
             pass
 
+    def cache_at_best():  # the cached wrappers go in as they are, then the checks
+        with fcall.swap(cached, models["cache"]):
+            pass
+        return checks()
+
+    assert cache_at_best(), "a wrapper swapped in and out must pass every check"
+
     def make_parameters():
         return [_make_subclass(nn.Parameter, v, True) for v in values]
 
@@ -98,28 +109,36 @@ def eager_cells(leaves: int) -> dict[str, Callable[[], object]]:
         "fcall.to_module, plain (a Parameter each)": to_module_plain,
         "  making the Parameters alone": make_parameters,
         "  a wrapper cache's reuse checks alone": checks,
+        "  a wrapper cache at best (swap + checks)": cache_at_best,
     }
 
 
 def _reuse_checks(wrappers: list, values: list) -> Callable[[], bool]:
-    """What reusing cached wrappers soundly would check per leaf, in C loops."""
+    """What reusing cached wrappers soundly would check per leaf, in C loops: that the
+    values are the cached ones, and that each wrapper is as it was made."""
     grad = operator.attrgetter("grad")
     hooks = operator.attrgetter("_backward_hooks")
     post_hooks = operator.attrgetter("_post_accumulate_grad_hooks")
     requires_grad = operator.attrgetter("requires_grad")
+    attributes = operator.attrgetter("__dict__")
     use_count = torch.Tensor._use_count
     refs = list(map(sys.getrefcount, wrappers))
     uses = list(map(use_count, wrappers))
+    cached_values = list(values)
     nones, trues = [None] * len(wrappers), [True] * len(wrappers)
+    zeros = [0] * len(wrappers)
 
     def checks() -> bool:
         return (
-            list(map(sys.getrefcount, wrappers)) == refs  # nothing else holds it
+            all(map(operator.is_, values, cached_values))  # the values it wraps
+            and list(map(sys.getrefcount, wrappers)) == refs  # nothing else holds it
             and list(map(use_count, wrappers)) == uses  # nor an autograd graph
+            and list(map(weakref.getweakrefcount, wrappers)) == zeros  # nor a weak reference
             and list(map(grad, wrappers)) == nones
             and list(map(hooks, wrappers)) == nones
             and list(map(post_hooks, wrappers)) == nones
             and list(map(requires_grad, wrappers)) == trues
+            and not any(map(attributes, wrappers))  # no attribute set on it
             and all(map(torch.Tensor.is_set_to, wrappers, values))  # still its value's alias
         )
 
