@@ -125,12 +125,13 @@ def container(td: TensorDict, name: str, kind: str, model: nn.Module) -> Any:
     if name == "TensorDictParams":
         return fcall.TensorDictParams(td, no_convert=kind != "Parameter")
     if name == "TD with _last_op":
-        # tensordict's to_module returns the values it swapped out, carrying _last_op:
-        # put td into a scratch module, then swap the scratch module's own values back
+        # tensordict's to_module returns the values it swapped out, carrying _last_op: the
+        # scratch module's own Parameters, then td's own tensors in their place (the values
+        # that to_module hands back for td's would be Parameters made of plain ones)
         scratch = Chain(len(td.keys(True, True)))
-        original = td.to_module(scratch)
-        carrier = original.to_module(scratch)
+        carrier = td.to_module(scratch).update(td)
         assert carrier.__dict__.get("_last_op") is not None
+        assert all(a is b for a, b in zip(carrier.values(True, True), td.values(True, True)))
         return carrier
     raise ValueError(name)
 
