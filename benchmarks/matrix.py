@@ -472,10 +472,10 @@ def guard_section(
     follows where they lie in memory: with tensors of their own, cells with the same guards
     measured 0.75-1.5x each other. So each size is built ``builds`` times (the cells' build
     order rotated each time, models and compiles dropped between builds), and each build
-    measured in rounds, each check's batch beside a batch of torch.func's (as
-    ``rounds_of``). A cell's ``guard_us`` and ``ratio`` are medians over the builds of each
-    build's median; ``to_tensordict`` is its ratio over the TensorDict cell's, build by
-    build; ``builds`` keeps each build's ratio."""
+    measured in rounds twice: each check's batch beside a batch of torch.func's, then
+    beside a batch of the TensorDict cell's (as ``rounds_of``). A cell's ``guard_us``,
+    ``ratio`` (to torch.func) and ``to_tensordict`` are medians over the builds of each
+    build's; ``builds`` keeps each build's ratio to torch.func."""
     results: dict[str, dict[str, Any]] = {}
     peer = f"torch.func | flat dict | {kind}"
     names = [f"swap | {c} | {kind}" for c in GUARD_CONTAINERS] + [peer]
@@ -483,22 +483,16 @@ def guard_section(
         per_build = [
             _guard_build(names, leaves, b * len(names) // builds, rounds) for b in range(builds)
         ]
-        tensordict_name = names[0]
         results[str(leaves)] = row = {}
         for name in names:
             done = [build[name] for build in per_build if name in build]
             if len(done) < builds:  # a build recompiled: its guards are not this cell's alone
                 row[name] = {"guard_us": float("nan"), "ratio": float("nan")}
                 continue
-            to_td = [
-                b[name]["guard_us"] / b[tensordict_name]["guard_us"]
-                for b in per_build
-                if tensordict_name in b
-            ]
             row[name] = {
                 "guard_us": statistics.median(b["guard_us"] for b in done),
                 "ratio": statistics.median(b["ratio"] for b in done),
-                "to_tensordict": statistics.median(to_td) if to_td else float("nan"),
+                "to_tensordict": statistics.median(b["to_tensordict"] for b in done),
                 "builds": [round(b["ratio"], 3) for b in done],
             }
         print_section_rows(
@@ -514,11 +508,12 @@ def guard_section(
 def _guard_build(
     names: list[str], leaves: int, first: int, rounds: int
 ) -> dict[str, dict[str, float]]:
-    """One build of every guard cell, from ``names[first]`` on, and its rounds."""
+    """One build of every guard cell, from ``names[first]`` on, and its rounds: beside
+    torch.func's check (``names[-1]``), then beside the TensorDict cell's (``names[0]``)."""
     torch._dynamo.reset()
     gc.collect()
     x = torch.randn(8, 4)
-    peer = names[-1]
+    peer, tensordict_cell = names[-1], names[0]
     checks: dict[str, Callable[[], Any]] = {}
     values: TensorDict | None = None  # every cell's container holds the same tensors
     with torch.no_grad():
@@ -533,10 +528,18 @@ def _guard_build(
             if check is not None:
                 checks[name] = check
         times, beside = rounds_of(checks, rounds, 20, lambda n: peer if n != peer else n)
+        times_td, beside_td = rounds_of(
+            checks, rounds, 20, lambda n: tensordict_cell if n != tensordict_cell else n
+        )
     measured = {}
     for name in checks:
-        ratio = paired(times[name], beside[name]) if name != peer else 1.0
-        measured[name] = {"guard_us": statistics.median(times[name]) * 1e6, "ratio": ratio}
+        measured[name] = {
+            "guard_us": statistics.median(times[name]) * 1e6,
+            "ratio": paired(times[name], beside[name]) if name != peer else 1.0,
+            "to_tensordict": 1.0,
+        }
+        if name != tensordict_cell and tensordict_cell in checks:
+            measured[name]["to_tensordict"] = paired(times_td[name], beside_td[name])
     del checks
     torch._dynamo.reset()
     return measured
