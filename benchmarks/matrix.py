@@ -793,7 +793,7 @@ def merge(
     target = Path(out) if out else ROOT / "benchmarks/results/matrix.json"
     target.write_text(json.dumps(results, indent=1))
     print(f"wrote {target}")
-    if draw:  # after the JSON: a missing matplotlib loses nothing
+    if draw and plot_path != "none":  # after the JSON: a missing matplotlib loses nothing
         path = Path(plot_path) if plot_path else ROOT / "docs" / "perf_matrix.png"
         plot(results, CELLS, path)
         print(f"drew {path}")
