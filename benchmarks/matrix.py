@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python benchmarks/matrix.py            # the whole matrix (~20-30 min on 2 cores), JSON, plot
+    python benchmarks/matrix.py            # the whole matrix (~2 h in one process), JSON, plot
     python benchmarks/matrix.py --quick    # tiny sizes, few rounds, aot_eager only (< 2 min)
     python benchmarks/matrix.py --only "to_module | TensorDict | plain" --sections compiled
     python benchmarks/matrix.py --markdown benchmarks/results/matrix.json  # a run's tables
@@ -679,7 +679,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--backends", help="default: inductor,aot_eager (quick: aot_eager)")
     parser.add_argument("--sizes", help="leaves, comma-separated, for every section")
     parser.add_argument(
-        "--builds", type=int, help="guard section: builds per size (default 6, quick: 2)"
+        "--builds",
+        type=int,
+        help="guard section: builds per size (default 6, 3 above 1,000 leaves; quick: 2)",
     )
     parser.add_argument("--markdown", metavar="JSON", help="print a run's tables, run nothing")
     parser.add_argument("--out", help="JSON path (default: results/matrix.json, quick: /tmp)")
@@ -751,9 +753,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if len(guard_sizes) > 1:
             results["guards"] = sizes_apart("guards", guard_sizes, args)
         else:
-            results["guards"] = guard_section(
-                guard_sizes, rounds=3 if quick else 15, builds=args.builds or (2 if quick else 6)
-            )
+            builds = args.builds or (2 if quick else 6 if guard_sizes[0] <= 1000 else 3)
+            results["guards"] = guard_section(guard_sizes, rounds=3 if quick else 15, builds=builds)
     save(True)
     print("\nslowest and fastest cell of each table (ratio to torch.func):")
     for table, pair in results["extremes"].items():
