@@ -545,7 +545,7 @@ def guard_ratios_to(row: dict[str, dict[str, Any]], base: str) -> dict[str, floa
     """Each guard cell's ratio to ``base``: the median over builds of its ratio to
     torch.func over ``base``'s in the same build."""
     return {
-        name: statistics.median(a / b for a, b in zip(values["builds"], row[base]["builds"]))
+        name: paired(values["builds"], row[base]["builds"])
         for name, values in row.items()
         if "builds" in values and "builds" in row[base]
     }
