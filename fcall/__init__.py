@@ -14,12 +14,14 @@ from ._api import functional_call as functional_call
 from ._api import swap as swap
 from ._api import to_module as to_module
 from ._params import TensorDictParams as TensorDictParams
+from ._route import behind_tensordict as behind_tensordict
 
 __version__ = "0.1.0"
 
 __all__ = [
     "TensorDictParams",
     "__version__",
+    "behind_tensordict",
     "from_module",
     "functional_call",
     "swap",

@@ -329,7 +329,14 @@ def _flat_items(part: Any, position: int, api: str) -> Any:
     return [(".".join(key), value) for key, value in zip(leaves.keys, leaves.values)]
 
 
-def from_module(module: nn.Module, *, as_module: bool = False) -> TensorDict | TensorDictParams:
+def from_module(
+    module: nn.Module,
+    *,
+    as_module: bool = False,
+    lock: bool = False,
+    use_state_dict: bool = False,
+    filter_empty: bool = True,
+) -> TensorDict | TensorDictParams:
     """A TensorDict of the parameters and buffers of ``module``, with nested keys.
 
     The leaves are the module's own tensors (no copy). Tied names appear once per
@@ -356,18 +363,23 @@ def from_module(module: nn.Module, *, as_module: bool = False) -> TensorDict | T
         (4, 3)
     """
     _check_module(module, "fcall.from_module")
-    keys, values = [], []
-    for named in (module.named_parameters, module.named_buffers):
-        for name, tensor in named(remove_duplicate=False):
-            keys.append(tuple(name.split(".")))
-            values.append(tensor)
-    td = _flatten.to_tensordict(keys, values)
+    if use_state_dict or not filter_empty:
+        td = TensorDict._from_module(
+            module=module, use_state_dict=use_state_dict, filter_empty=filter_empty
+        )
+    else:
+        keys, values = [], []
+        for named in (module.named_parameters, module.named_buffers):
+            for name, tensor in named(remove_duplicate=False):
+                keys.append(tuple(name.split(".")))
+                values.append(tensor)
+        td = _flatten.to_tensordict(keys, values)
     if not as_module:
-        return td
+        return td.lock_() if lock else td
     # "skip": registered by type, nothing converted (the module's own tensors stay in).
     out = TensorDictParams(td, no_convert="skip")
     object.__setattr__(out, "no_convert", True)
-    return out
+    return out.lock_() if lock else out
 
 
 def _swap_in(
