@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from . import _distributed, _errors, _express, _flatten
+from . import _distributed, _errors, _express, _extra_keys, _flatten
 from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
@@ -263,19 +263,25 @@ class swap:
 
 def functional_call(
     module: nn.Module,
-    params: Params,
-    args: Any = (),
+    params: Params | tuple | list,
+    args: Any = None,
     kwargs: dict[str, Any] | None = None,
     *,
     tie_weights: bool = True,
     strict: bool = False,
+    unknown_keys: Literal["attribute", "raise"] = "attribute",
 ) -> Any:
     """Call ``module`` with ``params`` in place of its parameters and buffers.
 
-    A drop-in for ``torch.func.functional_call`` that also takes a nested
-    TensorDict, a TensorDictParams or a nested dict, and that raises ``KeyError``
-    on a key the module does not have (torch silently ignores it). The module is
-    restored exactly on return and on exception.
+    ``torch.func.functional_call``'s semantics (every argument, its errors), that also
+    takes a nested TensorDict, a TensorDictParams or a nested dict. ``args=None`` means no
+    positional argument; a non-tuple ``args`` is one positional argument. A key that names
+    no parameter or buffer is set as an attribute of its submodule for the call (a
+    Parameter value registers), as torch.func does; ``strict=True`` raises
+    ``RuntimeError`` on unexpected and on missing keys. ``unknown_keys="raise"`` (fcall's
+    own keyword) raises ``KeyError`` naming the unknown key and the nearest existing ones
+    instead, before anything is written, as ``fcall.swap`` does; missing keys still keep the
+    module's own values. The module is restored exactly on return and on exception.
 
     Examples:
         >>> import torch
@@ -286,16 +292,60 @@ def functional_call(
         >>> params = TensorDict({"0": {"weight": torch.eye(2), "bias": torch.ones(2)}})
         >>> fcall.functional_call(model, params, (torch.tensor([1.0, -3.0]),))
         tensor([2., 0.])
+        >>> fcall.functional_call(model, {"0.extra": torch.ones(1)}, torch.ones(2)).shape
+        torch.Size([2])
+        >>> hasattr(model[0], "extra")
+        False
     """
-    if not isinstance(args, tuple):
+    api = "fcall.functional_call"
+    _check_stateless(module, api)
+    if args is None:
+        args = ()
+    elif not isinstance(args, tuple):
         args = (args,)
+    if kwargs is None:
+        kwargs = {}
     if isinstance(params, (tuple, list)):  # torch.func's (params, buffers) form
-        params = _merged(params, "fcall.functional_call")
-    swapped, _ = _swap_in(params, module, "fcall.functional_call", strict, tie_weights)
+        params = _merged(params, api)
+    elif not isinstance(params, (Mapping, TensorDictBase)):
+        raise ValueError(_errors.bad_params_form(api, params))
     try:
-        return module(*args, **(kwargs or {}))
+        swapped, _ = _swap_in(params, module, api, strict, tie_weights)
+    except _errors.UnknownKey:  # nothing was written: torch.func's attribute keys
+        if unknown_keys == "raise" and not strict:
+            raise
+        return _call_with_extras(module, params, args, kwargs, tie_weights, strict)
+    try:
+        return module(*args, **kwargs)
     finally:
         restore(swapped)
+
+
+def _call_with_extras(
+    module: nn.Module, params: Params, args: tuple, kwargs: dict, tie_weights: bool, strict: bool
+) -> Any:
+    api = "fcall.functional_call"
+    found = _extra_keys.split(params, module, api)
+    if strict:
+        raise _extra_keys.strict_error(module, found, tie_weights, api)
+
+    def swap_in(known: dict[str, Any]) -> Swap:
+        return _swap_in(known, module, api, strict, tie_weights)[0]
+
+    return _extra_keys.call_with_extras(
+        module, params, found, swap_in, restore, lambda: module(*args, **kwargs)
+    )
+
+
+def _check_stateless(module: Any, api: str) -> None:
+    """torch.func's refusals, in its words: TorchScript and ``nn.DataParallel``."""
+    _check_module(module, api)
+    if torch.jit.is_tracing() or torch.jit.is_scripting() or isinstance(
+        module, (torch.jit.RecursiveScriptModule, torch.jit.ScriptModule)
+    ):
+        raise RuntimeError(_errors.scripted_module(api, module))
+    if isinstance(module, nn.DataParallel):
+        raise RuntimeError(_errors.data_parallel(api))
 
 
 def _merged(dicts: tuple | list, api: str) -> dict[str, Any]:

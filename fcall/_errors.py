@@ -15,6 +15,11 @@ import torch
 UNCHANGED = "The module was left unchanged."
 
 
+class UnknownKey(KeyError):
+    """A params key names no parameter, buffer or tensor attribute of the module (raised
+    before anything is written; ``functional_call`` then sets it as torch.func does)."""
+
+
 def dotted(key: tuple[str, ...]) -> str:
     return ".".join(key)
 
@@ -66,16 +71,36 @@ def bad_params(api: str, params: object) -> str:
 def missing_keys(api: str, root_name: str, missing: list[str]) -> str:
     listed = ", ".join(repr(name) for name in sorted(missing))
     return (
+        f"Error(s) in reparametrizing for {root_name}:\n\tMissing key(s): {listed}.\n"
         f"{api}(strict=True): params has no value for {len(missing)} key(s) of "
         f"{root_name}: {listed}. Give every parameter and buffer, or pass strict=False "
         f"to keep the module's own values for those. {UNCHANGED}"
     )
 
 
+def unexpected_keys(api: str, root_name: str, unexpected: list[str], missing: list[str]) -> str:
+    """torch.func's ``strict=True`` error (its own words first), then fcall's detail."""
+    lines = [f"Unexpected key(s): {', '.join(map(repr, unexpected))}."]
+    if missing:
+        lines.append(f"Missing key(s): {', '.join(map(repr, missing))}.")
+    return (
+        f"Error(s) in reparametrizing for {root_name}:\n\t" + "\n\t".join(lines) + "\n"
+        f"{api}(strict=True): params must give exactly the module's parameters and buffers. "
+        f"Remove the unexpected keys, or pass strict=False to set them as attributes for the "
+        f"call (torch.func's behaviour). {UNCHANGED}"
+    )
+
+
 def tied_conflict(api: str, names: list[str]) -> str:
     listed = ", ".join(repr(name) for name in sorted(names))
+    peer = (  # torch.func's own words, which its tests match
+        f"functional_call got multiple values for keys {sorted(names)}, which are tied. "
+        f"Consider using tie_weights=False.\n"
+        if api.endswith("functional_call")
+        else ""
+    )
     return (
-        f"{api}: got different tensors for the keys {listed}, which the module ties to "
+        f"{peer}{api}: got different tensors for the keys {listed}, which the module ties to "
         f"one tensor. Give one of them (the others follow), the same tensor for all, "
         f"or pass tie_weights=False. {UNCHANGED}"
     )
@@ -121,7 +146,7 @@ def given_twice(api: str, names: list[str]) -> str:
 
 def bad_params_part(api: str, position: int, part: object) -> str:
     return (
-        f"{api}: params is a tuple or list, so each of its elements must be a dict of "
+        f"Expected all elements of parameter_and_buffer_dicts to be dictionaries.\n{api}: params is a tuple or list, so each of its elements must be a dict of "
         f"tensors (as torch.func.functional_call's (params, buffers) form), but element "
         f"{position} is of type {type(part).__name__}. Pass dicts, or one dict. {UNCHANGED}"
     )
@@ -130,14 +155,15 @@ def bad_params_part(api: str, position: int, part: object) -> str:
 def given_in_two_dicts(api: str, names: list[str]) -> str:
     listed = ", ".join(repr(name) for name in names)
     return (
-        f"{api}: {listed} appeared in more than one of the params dicts, so which value "
+        f"{names} appeared in multiple dictionaries; behavior of functional call is "
+        f"ambiguous.\n{api}: {listed} appeared in more than one of the params dicts, so which value "
         f"to use is ambiguous. Give each key in one dict only. {UNCHANGED}"
     )
 
 
 def scripted_module(api: str, module: object) -> str:
     return (
-        f"{api}: {type(module).__name__} is a TorchScript module (torch.jit.script or "
+        f"The stateless API can't be used with Jitted modules.\n{api}: {type(module).__name__} is a TorchScript module (torch.jit.script or "
         f"torch.jit.trace), and its parameters cannot be swapped; torch.func's stateless "
         f"API refuses it too. Swap into the nn.Module before scripting it. {UNCHANGED}"
     )
@@ -150,4 +176,19 @@ def slot_taken_in_block(names: list[str]) -> str:
         f"else (a parametrization, a plain attribute, another parameter, buffer or "
         f"submodule): every other slot was restored, and {listed} kept what the block "
         f"made of it. Register parametrizations, pruning or deletions outside the swap."
+    )
+
+
+def data_parallel(api: str) -> str:
+    return (
+        f"The stateless API can't be used with nn.DataParallel module.\n{api}: swap into "
+        f"the wrapped module (module.module), or use DistributedDataParallel. {UNCHANGED}"
+    )
+
+
+def bad_params_form(api: str, params: object) -> str:
+    return (
+        f"Expected parameter_and_buffer_dicts to be a dict, or a list/tuple of dicts, but got "
+        f"{type(params)}.\n{api}: pass a dict of tensors, a TensorDict or a TensorDictParams. "
+        f"{UNCHANGED}"
     )

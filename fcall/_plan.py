@@ -406,7 +406,7 @@ def _add_entry(
         part = key[depth]
         child = owner._modules.get(part)
         if child is None:
-            raise KeyError(_unknown(api, key, root, module))
+            raise _errors.UnknownKey(_unknown(api, key, root, module))
         path = key[: depth + 1]
         if path not in seen_chain:
             seen_chain.add(path)
@@ -415,7 +415,7 @@ def _add_entry(
     name = key[-1]
     slot, kind = slot_of(owner, name)
     if slot is None:
-        raise KeyError(_unknown(api, key, root, module))
+        raise _errors.UnknownKey(_unknown(api, key, root, module))
     if key[:-1] not in seen_owner:
         seen_owner.add(key[:-1])
         if owner is root:
@@ -449,21 +449,27 @@ def _all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor]:
     walk without generators: Dynamo traces this on every compile."""
     parameters: dict[str, torch.Tensor] = {}
     buffers: dict[str, torch.Tensor] = {}
-    _collect(root, "", parameters, buffers)
+    _collect(root, "", parameters, buffers, [])
     parameters.update(buffers)
     return parameters
 
 
-def _collect(module: nn.Module, prefix: str, parameters: dict, buffers: dict) -> None:
+def _collect(
+    module: nn.Module, prefix: str, parameters: dict, buffers: dict, ancestors: list
+) -> None:
     for name, value in module._parameters.items():
         if value is not None:
             parameters[prefix + name] = value
     for name, value in module._buffers.items():
         if value is not None:
             buffers[prefix + name] = value
+    ancestors.append(module)
     for name, child in module._modules.items():
-        if child is not None:
-            _collect(child, prefix + name + ".", parameters, buffers)
+        # A child that is its own ancestor (a reference cycle, `m[0].m = m`) is not walked
+        # again: its names are already collected under the shorter path.
+        if child is not None and not any(child is a for a in ancestors):
+            _collect(child, prefix + name + ".", parameters, buffers, ancestors)
+    ancestors.pop()
 
 
 def _add_tied_aliases(

@@ -170,8 +170,9 @@ def _record_own(module: nn.Module) -> None:
 
 
 def record_owners(root: nn.Module) -> None:
-    """``_record_own`` for every module of ``root``'s tree (a plan was built for it)."""
-    for module in root.modules(remove_duplicate=False):
+    """``_record_own`` for every module of ``root``'s tree (a plan was built for it); each
+    module once, so a tree with a reference cycle ends."""
+    for module in root.modules():
         _record_own(module)
 
 

@@ -37,6 +37,9 @@ def call_swap(params, module, **kwargs):
 
 
 def call_functional(params, module, **kwargs):
+    # fcall's strict keyword: torch.func's default sets an unknown key as an attribute
+    # (tests/test_functional_call_peer.py compares that with torch.func).
+    kwargs.setdefault("unknown_keys", "raise")
     return fcall.functional_call(module, params, (torch.randn(2, 3),), **kwargs)
 
 
