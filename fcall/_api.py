@@ -340,8 +340,10 @@ def _call_with_extras(
 def _check_stateless(module: Any, api: str) -> None:
     """torch.func's refusals, in its words: TorchScript and ``nn.DataParallel``."""
     _check_module(module, api)
-    if torch.jit.is_tracing() or torch.jit.is_scripting() or isinstance(
-        module, (torch.jit.RecursiveScriptModule, torch.jit.ScriptModule)
+    if (
+        torch.jit.is_tracing()
+        or torch.jit.is_scripting()
+        or isinstance(module, (torch.jit.RecursiveScriptModule, torch.jit.ScriptModule))
     ):
         raise RuntimeError(_errors.scripted_module(api, module))
     if isinstance(module, nn.DataParallel):

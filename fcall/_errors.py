@@ -146,7 +146,8 @@ def given_twice(api: str, names: list[str]) -> str:
 
 def bad_params_part(api: str, position: int, part: object) -> str:
     return (
-        f"Expected all elements of parameter_and_buffer_dicts to be dictionaries.\n{api}: params is a tuple or list, so each of its elements must be a dict of "
+        f"Expected all elements of parameter_and_buffer_dicts to be dictionaries.\n"
+        f"{api}: params is a tuple or list, so each of its elements must be a dict of "
         f"tensors (as torch.func.functional_call's (params, buffers) form), but element "
         f"{position} is of type {type(part).__name__}. Pass dicts, or one dict. {UNCHANGED}"
     )
@@ -156,14 +157,16 @@ def given_in_two_dicts(api: str, names: list[str]) -> str:
     listed = ", ".join(repr(name) for name in names)
     return (
         f"{names} appeared in multiple dictionaries; behavior of functional call is "
-        f"ambiguous.\n{api}: {listed} appeared in more than one of the params dicts, so which value "
+        f"ambiguous.\n"
+        f"{api}: {listed} appeared in more than one of the params dicts, so which value "
         f"to use is ambiguous. Give each key in one dict only. {UNCHANGED}"
     )
 
 
 def scripted_module(api: str, module: object) -> str:
     return (
-        f"The stateless API can't be used with Jitted modules.\n{api}: {type(module).__name__} is a TorchScript module (torch.jit.script or "
+        f"The stateless API can't be used with Jitted modules.\n"
+        f"{api}: {type(module).__name__} is a TorchScript module (torch.jit.script or "
         f"torch.jit.trace), and its parameters cannot be swapped; torch.func's stateless "
         f"API refuses it too. Swap into the nn.Module before scripting it. {UNCHANGED}"
     )
