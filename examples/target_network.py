@@ -77,7 +77,7 @@ def main() -> None:
     # The target: a detached copy of the online parameters, registered as a module
     # so that it moves with .to() and is saved by state_dict(). as_module=True keeps
     # each entry's registration (a net with BatchNorm keeps its running stats buffers).
-    target = fcall.from_module(q_net, as_module=True).detach().clone()
+    target = fcall.from_module(q_net, as_module=True).detach_registered().clone()
     online = fcall.from_module(q_net)  # the online Parameters themselves, no copy
     own_parameters = list(q_net.parameters())
 

@@ -410,7 +410,7 @@ def from_module(
         [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
         >>> params["0", "weight"].shape
         torch.Size([4, 3])
-        >>> target = fcall.from_module(net, as_module=True).detach().clone()
+        >>> target = fcall.from_module(net, as_module=True).detach_registered().clone()
         >>> len(list(target.parameters())), len(list(target.buffers()))
         (4, 3)
     """

@@ -1,8 +1,10 @@
 """TensorDictParams: copies and conversions that keep each entry's registration.
 
-``clone()``, ``copy()``, ``deepcopy``, ``detach()`` and ``to()`` return fcall's class (tensordict's
+``clone()``, ``copy()``, ``deepcopy`` and ``to()`` return fcall's class (tensordict's
 own code would build its base class), with ``no_convert`` and the get-post hooks, unlocked
-(tensordict: copies are not locked). ``.data`` is a TensorDict whose buffers are ``Buffer``
+(tensordict: copies are not locked). ``detach()`` is tensordict's (a TensorDict of plain
+tensors); ``detach_registered()`` is fcall's detached copy that keeps each entry's
+registration. ``.data`` is a TensorDict whose buffers are ``Buffer``
 tensors, so wrapping it again registers each entry as before.
 """
 
@@ -74,13 +76,23 @@ class Copies:
             lambda t: Buffer(t.data.clone()),
         )
 
-    def detach(self) -> TensorDictParams:  # type: ignore[override]
+    def detach_registered(self) -> TensorDictParams:
         """A TensorDictParams of detached leaves (shared storage), registered as here.
 
-        Parameters stay Parameters (``requires_grad=False``), buffers stay buffers, so
-        ``p.detach().clone()`` is a copy of a net with buffers that registers its running
-        stats as buffers. (tensordict's returns a TensorDict: wrapped again, its buffers
-        would become Parameters.)
+        fcall's own method. Parameters stay Parameters (``requires_grad=False``), buffers
+        stay buffers, so ``p.detach_registered().clone()`` is a copy of a net with buffers
+        that registers its running stats as buffers. ``detach()`` is tensordict's: it
+        returns a TensorDict of plain tensors (wrapped again, its float buffers would
+        become Parameters).
+
+        Examples:
+            >>> from torch import nn
+            >>> import fcall
+            >>> p = fcall.from_module(nn.BatchNorm1d(2), as_module=True)
+            >>> type(p.detach()).__name__, type(p.detach_registered()).__name__
+            ('TensorDict', 'TensorDictParams')
+            >>> len(list(p.detach_registered().clone().buffers()))
+            3
         """
         return self._copy_leaves(
             lambda t: nn.Parameter(t.detach(), requires_grad=False), lambda t: Buffer(t.detach())

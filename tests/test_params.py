@@ -453,15 +453,15 @@ def test_wrapping_a_plain_from_module_makes_running_stats_parameters_as_in_tenso
 @pytest.mark.parametrize(
     "copy_of",
     [
-        lambda p: p.detach(),
+        lambda p: p.detach_registered(),
         lambda p: p.clone(),
-        lambda p: p.detach().clone(),
+        lambda p: p.detach_registered().clone(),
         lambda p: p.copy(),
         lambda p: copy.deepcopy(p),
         lambda p: TensorDictParams(p.data),
         lambda p: TensorDictParams(p),
     ],
-    ids=["detach", "clone", "detach-clone", "copy", "deepcopy", "wrap-data", "wrap"],
+    ids=["detach_registered", "clone", "detach_registered-clone", "copy", "deepcopy", "wrap-data", "wrap"],
 )
 def test_copies_keep_each_entrys_registration(copy_of):
     import fcall
@@ -472,6 +472,23 @@ def test_copies_keep_each_entrys_registration(copy_of):
     assert type(c) is TensorDictParams and _registration(c) == _registration(p)
     assert all(isinstance(v, nn.Parameter) for v in c.parameters())
     assert not any(isinstance(v, nn.Parameter) for v in c.buffers())
+
+
+def test_detach_is_tensordicts_a_tensordict_of_plain_tensors():
+    """The rule of the peers: tensordict's TensorDictParams.detach() returns a TensorDict
+    (TorchRL's SAC calls it inside a compiled forward); fcall's own detach_registered()
+    keeps the registrations."""
+    import fcall
+
+    net = _bn_net()
+    ours = fcall.from_module(net, as_module=True).detach()
+    theirs = TDParams(TensorDict.from_module(net), no_convert=True).detach()
+    assert type(ours) is type(theirs) is TensorDict
+    flat_ours, flat_theirs = ours.flatten_keys("."), theirs.flatten_keys(".")
+    assert sorted(flat_ours.keys()) == sorted(flat_theirs.keys())
+    for key in flat_theirs.keys():
+        assert type(flat_ours[key]) is type(flat_theirs[key]) is torch.Tensor
+        assert flat_ours[key].data_ptr() == flat_theirs[key].data_ptr()
 
 
 def test_detach_and_data_share_storage_and_drop_requires_grad():
