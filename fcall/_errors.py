@@ -44,8 +44,11 @@ def unknown_key(api: str, key: tuple[str, ...], root_name: str, names: list[str]
 
 
 def not_a_tensor(api: str, key: str, value: object) -> str:
+    peer = (  # torch.func's own words (NamedMemberAccessor.swap_tensor)
+        f"{value} is not an instance of torch.Tensor\n" if api.endswith("functional_call") else ""
+    )
     return (
-        f"{api}: the value at {key!r} is a {type(value).__name__}, expected a torch.Tensor. "
+        f"{peer}{api}: the value at {key!r} is a {type(value).__name__}, expected a torch.Tensor. "
         f"Only tensors can be swapped into a module; remove the entry or convert it "
         f"to a tensor. {UNCHANGED}"
     )
@@ -95,7 +98,7 @@ def tied_conflict(api: str, names: list[str]) -> str:
     listed = ", ".join(repr(name) for name in sorted(names))
     peer = (  # torch.func's own words, which its tests match
         f"functional_call got multiple values for keys {sorted(names)}, which are tied. "
-        f"Consider using tie_weights=False.\n"
+        f"Consider using tie_weights=False\n"
         if api.endswith("functional_call")
         else ""
     )

@@ -78,9 +78,12 @@ def flat(td: TensorDict) -> dict:
     return {".".join(key(k)): v for k, v in td.items(True, True)}
 
 
-def state(module: nn.Module) -> list:
+def state(module: nn.Module, remove_duplicate: bool = False) -> list:
+    """The module's exact state (every slot's object, type and requires_grad, its
+    non-persistent buffers and tensor attributes), per path. ``remove_duplicate=True``
+    for a tree with a reference cycle: each module once."""
     out = []
-    for name, mod in module.named_modules(remove_duplicate=False):
+    for name, mod in module.named_modules(remove_duplicate=remove_duplicate):
         for where, slots in (("p", mod._parameters), ("b", mod._buffers)):
             for key, value in slots.items():
                 grad = None if value is None else value.requires_grad
@@ -90,8 +93,8 @@ def state(module: nn.Module) -> list:
     return out
 
 
-def assert_same_state(module: nn.Module, before: list) -> None:
-    after = state(module)
+def assert_same_state(module: nn.Module, before: list, remove_duplicate: bool = False) -> None:
+    after = state(module, remove_duplicate)
     assert len(after) == len(before)
     for a, b in zip(after, before):
         for x, y in zip(a, b, strict=True):
