@@ -461,7 +461,15 @@ def test_wrapping_a_plain_from_module_makes_running_stats_parameters_as_in_tenso
         lambda p: TensorDictParams(p.data),
         lambda p: TensorDictParams(p),
     ],
-    ids=["detach_registered", "clone", "detach_registered-clone", "copy", "deepcopy", "wrap-data", "wrap"],
+    ids=[
+        "detach_registered",
+        "clone",
+        "detach_registered-clone",
+        "copy",
+        "deepcopy",
+        "wrap-data",
+        "wrap",
+    ],
 )
 def test_copies_keep_each_entrys_registration(copy_of):
     import fcall
