@@ -327,7 +327,7 @@ def _call_with_extras(
     api = "fcall.functional_call"
     found = _extra_keys.split(params, module, api)
     if strict:
-        raise _extra_keys.strict_error(module, found, tie_weights, api)
+        raise _extra_keys.strict_error(module, found, tie_weights, api) from None
 
     def swap_in(known: dict[str, Any]) -> Swap:
         return _swap_in(known, module, api, strict, tie_weights)[0]

@@ -83,7 +83,7 @@ def missing_keys(api: str, root_name: str, missing: list[str]) -> str:
 
 def unexpected_keys(api: str, root_name: str, unexpected: list[str], missing: list[str]) -> str:
     """torch.func's ``strict=True`` error (its own words first), then fcall's detail."""
-    lines = [f"Unexpected key(s): {', '.join(map(repr, unexpected))}."]
+    lines = [f"Unexpected key(s): {', '.join(map(repr, sorted(unexpected)))}."]
     if missing:
         lines.append(f"Missing key(s): {', '.join(map(repr, missing))}.")
     return (

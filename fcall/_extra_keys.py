@@ -112,7 +112,7 @@ def strict_error(module: nn.Module, found: Split, tie_weights: bool, api: str) -
         for group in tied:
             if given.intersection(group):
                 given.update(group)
-    missing = [name for name in names if name not in given]
+    missing = sorted(name for name in names if name not in given)  # sorted, as torch's
     return RuntimeError(_errors.unexpected_keys(api, root._get_name(), found.unexpected, missing))
 
 
