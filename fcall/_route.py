@@ -55,6 +55,13 @@ def _routed_from_module(default_lock: bool) -> classmethod:
     return classmethod(routed)
 
 
+# Made once: every route patches in the very same objects, so that code compiled while one
+# route was on (Dynamo guards on the functions it traced) still matches under the next.
+_TO_MODULE = _routed_to_module
+_FROM_MODULE_LOCKED = _routed_from_module(default_lock=True)  # tensordict.from_module's
+_FROM_MODULE = _routed_from_module(default_lock=False)  # TensorDict.from_module's
+
+
 class behind_tensordict:
     """Route tensordict's ``to_module``, ``from_module`` and ``TensorDictParams`` to fcall's.
 
@@ -87,9 +94,9 @@ class behind_tensordict:
     def __init__(self, *, params_class: bool = True) -> None:
         self._patches: list[tuple[Any, str, Any]] = []
         with _LOCK:
-            self._patch(TensorDictBase, "to_module", _routed_to_module)
-            self._patch(TensorDictBase, "from_module", _routed_from_module(default_lock=True))
-            self._patch(TensorDict, "from_module", _routed_from_module(default_lock=False))
+            self._patch(TensorDictBase, "to_module", _TO_MODULE)
+            self._patch(TensorDictBase, "from_module", _FROM_MODULE_LOCKED)
+            self._patch(TensorDict, "from_module", _FROM_MODULE)
             if params_class:
                 for module in list(sys.modules.values()):
                     namespace = getattr(module, "__dict__", None)
