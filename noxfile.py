@@ -42,3 +42,6 @@ def tests(session: nox.Session, stack: str) -> None:
         "python", "-c", "import torch, tensordict; print(torch.__version__, tensordict.__version__)"
     )
     session.run("python", "-m", "pytest", "-q", *session.posargs)
+    if "torchrl" in extras and not session.posargs:
+        # TorchRL's own objectives tests on stock tensordict, beside the routed run above
+        session.run("python", "-m", "pytest", "-q", "conformance/torchrl", "--against", "peer")
