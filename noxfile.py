@@ -44,4 +44,5 @@ def tests(session: nox.Session, stack: str) -> None:
     session.run("python", "-m", "pytest", "-q", *session.posargs)
     if "torchrl" in extras and not session.posargs:
         # TorchRL's own objectives tests on stock tensordict, beside the routed run above
-        session.run("python", "-m", "pytest", "-q", "conformance/torchrl", "--against", "peer")
+        suite = "conformance/torchrl_suite"
+        session.run("python", "-m", "pytest", "-q", suite, "--against", "peer")

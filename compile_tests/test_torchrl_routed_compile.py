@@ -13,9 +13,8 @@ import pytest
 import torch
 import torch._dynamo
 import torch._inductor.config
+import torchrl_routed as trl
 from torch._dynamo.utils import counters
-
-import torchrl_routed as trl  # noqa: I001  (skips this module without torchrl)
 
 import fcall
 

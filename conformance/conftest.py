@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import pytest
 
+# --doctest-modules (pyproject) imports each .py file it collects as a module named after the
+# file; the suites' conftest.py files, in no package, would all be "conftest" and clash when
+# two suites run in one session ("import file mismatch"). They hold no doctests.
+collect_ignore_glob = ["conftest.py", "*/conftest.py"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("conformance")

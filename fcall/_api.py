@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 import torch
 from tensordict import TensorDict, TensorDictBase
+from tensordict.nn import TensorDictParams as TensorDictParamsBase
 from torch import nn
 
-from . import _distributed, _errors, _express, _extra_keys, _flatten
+from . import _distributed, _errors, _express, _extra_keys, _flatten, _peer_to_module
 from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
@@ -108,9 +109,25 @@ def to_module(
     if isinstance(module, TensorDictBase):  # a TensorDictParams: its TensorDict is replaced
         return _into_tensordict_module(params, module, return_swap, api)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
-    return _retried_if_stale(
-        module, _to_module, params, module, mode, return_swap, swap_dest, non_blocking
-    )
+    try:
+        return _retried_if_stale(
+            module, _to_module, params, module, mode, return_swap, swap_dest, non_blocking
+        )
+    except _errors.UnknownKey:  # nothing was written
+        if not _peer_to_module.crosses_tensordict_module(params, module):
+            raise
+    # A key through a TensorDictParams held as a submodule (`m.params = TensorDictParams(..)`)
+    # has no slot of its own: tensordict's own to_module swaps it (the peer's semantics).
+    given = {  # as the caller gave them: tensordict replays these keywords on exit
+        "inplace": inplace,
+        "return_swap": return_swap,
+        "swap_dest": swap_dest,
+        "non_blocking": non_blocking,
+        "preserve_module_state": preserve_module_state,
+    }
+    defaults = (None, True, None, False, True)
+    kwargs = {k: v for (k, v), d in zip(given.items(), defaults) if v is not d}
+    return _peer_to_module.to_module(params, module, **kwargs)
 
 
 def _to_module(
@@ -415,22 +432,22 @@ def from_module(
         (4, 3)
     """
     _check_module(module, "fcall.from_module")
-    if use_state_dict or not filter_empty:
-        td = TensorDict._from_module(
-            module=module, use_state_dict=use_state_dict, filter_empty=filter_empty
-        )
-    else:
-        keys, values = [], []
-        for named in (module.named_parameters, module.named_buffers):
-            for name, tensor in named(remove_duplicate=False):
-                keys.append(tuple(name.split(".")))
-                values.append(tensor)
-        td = _flatten.to_tensordict(keys, values)
+    # tensordict's own walk (TensorDict._from_module): the peer's tree by construction, a
+    # TensorDictParams held as a submodule kept as that very object, and with as_module
+    # (eager) buffers marked as tensordict marks them (Buffer).
+    td = TensorDict._from_module(
+        module=module, as_module=as_module, use_state_dict=use_state_dict, filter_empty=filter_empty
+    )
+    if td is None:  # no parameter or buffer anywhere, filter_empty
+        td = TensorDict()
+    if isinstance(td, TensorDictParamsBase):  # as_module: tensordict wrapped it; fcall's wraps
+        td = td._param_td  # the very TensorDict (no copy: a nested TensorDictParams stays)
     if not as_module:
         return td.lock_() if lock else td
-    # "skip": registered by type, nothing converted (the module's own tensors stay in).
-    out = TensorDictParams(td, no_convert="skip")
-    object.__setattr__(out, "no_convert", True)
+    if not lock:  # tensordict's TensorDictParams(td) runs on td.unlock_(): nested ones unlock
+        td.unlock_()
+    out = TensorDictParams(td, no_convert=True)
+    object.__setattr__(out, "no_convert", True)  # as tensordict's (its constructor keeps "skip")
     return out.lock_() if lock else out
 
 

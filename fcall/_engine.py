@@ -249,8 +249,8 @@ def preserved(plan: Plan, values: list, old: list) -> list:
             # what nn.Parameter(value, requires_grad) runs for a plain tensor, without the
             # frame of Parameter.__new__; a new Parameter per swap, never a cached one
             value = _make_subclass(_Parameter, value, old_value.requires_grad)
-        elif cls is _Parameter and value.requires_grad:
-            continue  # checked first, as the common case: it stays whatever the old one's
+        elif cls is _Parameter and value.requires_grad == old_value.requires_grad:
+            continue  # the common case: a Parameter as the slot's stays (tensordict's rule)
         else:
             value = _as_parameter_slot(value, old_value)  # may raise
             if value is new[index]:
@@ -474,7 +474,8 @@ def preserved_value(value: Any, entry: tuple) -> Any:
     if value is None:
         return value
     if kind == "p":
-        if value.requires_grad or _is_batched(value):  # tracks_gradients, inline
+        # tracks_gradients, inline; a Parameter is compared with the slot's (as_parameter)
+        if not isinstance(value, nn.Parameter) and (value.requires_grad or _is_batched(value)):
             return value
         return as_parameter(value, slot[name], True)
     if kind == "b" and isinstance(value, nn.Parameter):
@@ -485,12 +486,13 @@ def preserved_value(value: Any, entry: tuple) -> Any:
 def _as_parameter_slot(
     value: torch.Tensor, old: torch.Tensor | None, traced: bool = False
 ) -> torch.Tensor:
-    if tracks_gradients(value):
+    if not isinstance(value, nn.Parameter) and tracks_gradients(value):
         # A new Parameter would be a new leaf and cut the gradients off; keep
-        # the value as it is in the parameter slot, as functional_call does (a
-        # Parameter that requires grad stays, whatever the old one's requires_grad).
+        # the value as it is in the parameter slot, as functional_call does.
         # Asked before anything of `old`: traced, reading the old tensor (even
-        # `old is None`) makes it a graph input guarded on every call.
+        # `old is None`) makes it a graph input guarded on every call. A Parameter
+        # whose requires_grad is not the slot's is wrapped in one that has the slot's
+        # (tensordict's _maybe_preserve_module_state), in as_parameter.
         return value
     return as_parameter(value, old, traced)
 

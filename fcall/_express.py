@@ -250,7 +250,14 @@ class _Source:
         lines += self._module_checks()
         lines.append(f"        old = [{', '.join(slots)}]")
         lines += ["    except KeyError:", "        return None", f"    {values} = values"]
-        grads = [f"v{i}.requires_grad" for i, e in enumerate(plan.entries) if e[4] == "p"]
+        # a value that tracks gradients goes in as it is; a Parameter only with the slot's
+        # requires_grad (tensordict's rule), else CONVERT wraps it
+        grads = [
+            f"(v{i}.requires_grad and (type(v{i}) is not PARAM or old[{i}] is None"
+            f" or old[{i}].requires_grad))"
+            for i, e in enumerate(plan.entries)
+            if e[4] == "p"
+        ]
         # to_module(preserve_module_state=True) registers a Parameter given for a buffer
         # as a buffer, as tensordict does
         buffers = [i for i, entry in enumerate(plan.entries) if entry[4] == "b"]

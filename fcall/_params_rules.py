@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tensordict import LazyStackedTensorDict, TensorDict, TensorDictBase
 from tensordict._td import _SubTensorDict
+from tensordict.nn import TensorDictParams as _TDParamsBase
 from tensordict.utils import is_batchedtensor, is_non_tensor
 from torch import nn
 from torch.compiler import is_dynamo_compiling
@@ -88,6 +89,8 @@ def convert_tree(td: Any, no_convert: bool | str) -> None:
         _check_tree(td)
         return
     for key, value in list(td._tensordict.items()):
+        if isinstance(value, _TDParamsBase):
+            continue  # a TensorDictParams (a module's own, from_module): registered already
         if isinstance(value, TensorDictBase) and not is_non_tensor(value):
             convert_tree(value, no_convert)
             continue
@@ -98,6 +101,8 @@ def convert_tree(td: Any, no_convert: bool | str) -> None:
 
 def _check_tree(td: TensorDictBase) -> None:
     for value in td._tensordict.values():
+        if isinstance(value, _TDParamsBase):
+            continue  # registered already
         if isinstance(value, TensorDictBase) and not is_non_tensor(value):
             refuse_unsupported(value)
             _check_tree(value)

@@ -1,7 +1,7 @@
 """fcall.functional_call against torch.func.functional_call where torch's own tests found
 them apart (issue 25, points 1-4): each case is built with both, and compared.
 
-The vendored torch suite (``conformance/torch``) runs torch's own tests through fcall;
+The vendored torch suite (``conformance/torch_suite``) runs torch's own tests through fcall;
 these pin each point in fcall's suite, with the module's exact state after every call.
 """
 

@@ -9,6 +9,7 @@ import torch
 from support import swap_lane  # noqa: F401  (a fixture, used by pytestmark)
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
+from torch.nn.parameter import Buffer
 
 from fcall import TensorDictParams
 
@@ -435,7 +436,15 @@ def test_from_module_as_module_registers_as_tensordicts_does():
     assert _registration(ours) == _registration(theirs)
     assert _names(ours, "buffers") == ["1.running_mean", "1.running_var", "1.num_batches_tracked"]
     assert ours.no_convert == theirs.no_convert is True
-    assert ours["1", "running_mean"] is net[1].running_mean and ours["0", "weight"] is net[0].weight
+    assert ours["0", "weight"] is theirs["0", "weight"] is net[0].weight
+    # buffers: marked as tensordict marks them (Buffer), over the module's own storage
+    for name in ("running_mean", "running_var"):
+        assert type(ours["1", name]) is type(theirs["1", name])
+        assert isinstance(ours["1", name], Buffer) == isinstance(theirs["1", name], Buffer)
+        assert (ours["1", name] is net[1]._buffers[name]) == (
+            theirs["1", name] is net[1]._buffers[name]
+        )
+        assert ours["1", name].data_ptr() == net[1]._buffers[name].data_ptr()
     ours["later"] = torch.zeros(2)  # no_convert=True, as tensordict's: a buffer
     assert "later" in _names(ours, "buffers")
 

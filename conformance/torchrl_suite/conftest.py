@@ -73,8 +73,8 @@ _WARNING_FILTERS = (
 
 def pytest_report_header(config: pytest.Config) -> str:
     if not _HAS_TORCHRL:
-        return "conformance/torchrl: skipped, torchrl is not installed"
-    return f"conformance/torchrl: --against {config.getoption('--against')}"
+        return "conformance/torchrl_suite: skipped, torchrl is not installed"
+    return f"conformance/torchrl_suite: --against {config.getoption('--against')}"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -82,7 +82,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--torchrl-every",
         type=int,
         default=1,
-        help="conformance/torchrl: keep every k-th parametrization of each test (default 1: all)",
+        help="conformance/torchrl_suite: keep every k-th parametrization of each test "
+        "(default 1: all)",
     )
 
 
@@ -116,7 +117,8 @@ def _segment_trees_missing() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # The option exists only when this conftest is an initial one (pytest conformance/torchrl).
+    # The option exists only when this conftest is an initial one
+    # (pytest conformance/torchrl_suite).
     every = max(1, config.getoption("--torchrl-every", default=1))
     seen: Counter[tuple[str, str]] = Counter()
     keep, drop = [], []
@@ -190,7 +192,7 @@ def _against(request: pytest.FixtureRequest) -> Iterator[str]:
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     if _ROUTED_CALLS:
         terminalreporter.write_line(
-            "conformance/torchrl, fcall route: "
+            "conformance/torchrl_suite, fcall route: "
             f"{_ROUTED_CALLS['tests']} tests, {_ROUTED_CALLS['to_module']} to_module and "
             f"{_ROUTED_CALLS['from_module']} from_module calls served by fcall"
         )

@@ -29,67 +29,17 @@ import torch
 import torch._functorch.functional_call
 import torch.nn.utils.stateless
 
-import fcall
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 TORCH_FUNC = torch.func.functional_call
 TORCH_STATELESS = torch.nn.utils.stateless.functional_call
 TORCH_STATELESS_PRIVATE = torch.nn.utils.stateless._functional_call
 
-# torch's FutureWarning for torch.nn.utils.stateless.functional_call (torch 2.13.0).
-STATELESS_DEPRECATION = (
-    "`torch.nn.utils.stateless.functional_call` is deprecated as of PyTorch 2.0 "
-    "and will be removed in a future version of PyTorch. "
-    "Please use `torch.func.functional_call` instead which is a drop-in replacement."
+from _torch_stand_ins import (  # noqa: E402
+    as_stateless,
+    as_stateless_deprecated,
+    as_torch_func,
 )
-
-
-def as_torch_func(
-    module: torch.nn.Module,
-    parameter_and_buffer_dicts: Any,
-    args: Any = None,
-    kwargs: dict[str, Any] | None = None,
-    *,
-    tie_weights: bool = True,
-    strict: bool = False,
-) -> Any:
-    """fcall.functional_call behind torch.func.functional_call's signature."""
-    return fcall.functional_call(
-        module, parameter_and_buffer_dicts, args, kwargs, tie_weights=tie_weights, strict=strict
-    )
-
-
-def as_stateless(
-    module: torch.nn.Module,
-    parameters_and_buffers: Any,
-    args: Any = None,
-    kwargs: dict[str, Any] | None = None,
-    *,
-    tie_weights: bool = True,
-    strict: bool = False,
-) -> Any:
-    """fcall.functional_call behind torch.nn.utils.stateless._functional_call's signature."""
-    return fcall.functional_call(
-        module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict
-    )
-
-
-def as_stateless_deprecated(
-    module: torch.nn.Module,
-    parameters_and_buffers: Any,
-    args: Any = None,
-    kwargs: dict[str, Any] | None = None,
-    *,
-    tie_weights: bool = True,
-    strict: bool = False,
-) -> Any:
-    """torch.nn.utils.stateless.functional_call's deprecation shim over ``as_stateless``."""
-    warnings.warn(STATELESS_DEPRECATION, FutureWarning, stacklevel=2)
-    return as_stateless(
-        module, parameters_and_buffers, args, kwargs, tie_weights=tie_weights, strict=strict
-    )
-
 
 # torch function -> the stand-in that replaces it under --against fcall
 STAND_INS = {
@@ -110,7 +60,7 @@ def _parameters(fn: Any) -> list[tuple[str, Any, Any]]:
 for _torch_fn, _stand_in in STAND_INS.items():
     if _parameters(_torch_fn) != _parameters(_stand_in):
         raise RuntimeError(
-            f"conformance/torch: {_stand_in.__name__} does not have the parameters of "
+            f"conformance/torch_suite: {_stand_in.__name__} does not have the parameters of "
             f"{_torch_fn.__module__}.{_torch_fn.__qualname__}: "
             f"{_parameters(_stand_in)} != {_parameters(_torch_fn)}"
         )
