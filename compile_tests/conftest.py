@@ -26,6 +26,10 @@ import torch
 import torch._dynamo
 from torch._dynamo.testing import CompileCounterWithBackend
 
+# --doctest-modules would import this file as a test module named "conftest", which
+# conformance/'s conftest files also are: not collected, only loaded as a plugin.
+collect_ignore = ["conftest.py"]
+
 
 @pytest.fixture(autouse=True)
 def _reset_dynamo() -> Iterator[None]:
