@@ -144,14 +144,26 @@ def _tree(kinds, depth):
     return st.one_of(leaf, node)
 
 
+# Blocks with no parameter and no buffer.
+STATELESS_BLOCKS = ("dropout", "tanh")
+
+
 @st.composite
 def module_specs(
-    draw, backend, kinds=tuple(BLOCKS), dtypes=DTYPES, max_blocks=4, conformance=False
+    draw,
+    backend,
+    kinds=tuple(BLOCKS),
+    dtypes=DTYPES,
+    max_blocks=4,
+    conformance=False,
+    needs_tensors=False,
 ):
     """A module tree for ``backend``; ``kinds`` restricts the block families drawn.
 
     ``conformance``: also draw a block registered at a second path (``shared``) and a
-    tie made after a first swap (``tie_later``, see ``module_source``)."""
+    tie made after a first swap (``tie_later``, see ``module_source``). ``needs_tensors``:
+    the module has at least one parameter or buffer (``torch.vmap`` over a param set needs
+    a tensor to map over): a tree of stateless blocks only gets the ``scale`` buffer."""
     if backend not in BN1D_BACKENDS:
         kinds = tuple(k for k in kinds if k != "bn1d")
     if backend not in RNN_BACKENDS:
@@ -186,6 +198,13 @@ def module_specs(
     if backend not in BN2D_AFTER_BACKENDS:
         _no_bn2d_after_bad_inputs(spec)
     n = len(block_refs(spec))
+    if (
+        needs_tensors
+        and spec["buffers"] == "none"
+        and not spec["tie"]
+        and all(block["kind"] in STATELESS_BLOCKS for _, block in block_refs(spec))
+    ):
+        spec["buffers"] = "persistent"
     spec["frozen"] = draw(st.lists(st.integers(0, n - 1), max_size=2, unique=True))
     if conformance:
         spec["shared"] = draw(st.booleans())

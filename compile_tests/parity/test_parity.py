@@ -81,7 +81,8 @@ def test_parity_by_container(container, backend, data):
 def test_parity_under_vmap(api, backend, data):
     kinds = tuple(k for k in gen.BLOCKS if k not in gen.NO_VMAP)
     spec = data.draw(
-        gen.module_specs(backend, kinds=kinds, dtypes=("float32", "float64")), "module"
+        gen.module_specs(backend, kinds=kinds, dtypes=("float32", "float64"), needs_tensors=True),
+        "module",
     )
     pspec = data.draw(gen.param_specs(containers=("td", "nested", "flat")), "params")
     # Under vmap two keys holding one tensor arrive as two batched tensors, which

@@ -334,3 +334,27 @@ def test_strict_with_a_submodule_at_two_paths_swaps_it_once(backend):
         "vmap": False,
     }
     checks.check_instances(spec, pspec, use, backend, instances=2)
+
+
+def test_generator_draws_a_tensor_to_vmap_over_when_asked():
+    """The deep profile once drew, for test_parity_under_vmap, a model whose only block was a
+    Dropout: no parameter and no buffer, so torch.vmap had nothing to map over and raised in
+    the eager reference itself. With needs_tensors the generator gives such a tree a buffer."""
+    from hypothesis import find, given, settings
+
+    from . import generators as gen
+
+    def tensors(spec) -> list:
+        module = gen.build_module(spec)
+        return [*module.parameters(), *module.buffers()]
+
+    # without the option such a model is drawn (the case is real)
+    empty = find(gen.module_specs("eager", kinds=gen.STATELESS_BLOCKS), lambda s: not tensors(s))
+    assert not tensors(empty)
+
+    @settings(max_examples=40, deadline=None, database=None)
+    @given(spec=gen.module_specs("eager", kinds=gen.STATELESS_BLOCKS, needs_tensors=True))
+    def check(spec):
+        assert tensors(spec), spec
+
+    check()
