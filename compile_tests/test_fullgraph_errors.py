@@ -2,7 +2,8 @@
 
 Dynamo turns an exception that leaves a ``fullgraph=True`` region into ``Unsupported:
 Observed exception``; the exception itself, with fcall's whole message, is in the line
-``Developer debug context: raised exception KeyError(...)`` and in ``__cause__``. That is
+``Developer debug context: raised exception UnknownKey(...)`` (fcall's ``KeyError`` subclass)
+and in ``__cause__``. That is
 all Dynamo 2.13 lets through, and it needs the message to be made while tracing: the
 nearest names are computed by a function Dynamo runs rather than traces
 (``assume_constant_result``), not a ``torch.compiler.disable``-d one, whose call
@@ -21,6 +22,7 @@ from test_errors import UNKNOWN  # the eager message, pinned there
 from torch._dynamo.exc import Unsupported
 
 import fcall
+from fcall._errors import UnknownKey
 
 NOT_A_TENSOR = (
     "fcall.{api}: the value at 'lin.bias' is a int, expected a torch.Tensor. Only tensors "
@@ -30,8 +32,8 @@ NOT_A_TENSOR = (
 
 
 def call(api, params, m, x):
-    if api == "functional_call":
-        return fcall.functional_call(m, params, (x,))
+    if api == "functional_call":  # torch.func's default sets an unknown key as an attribute
+        return fcall.functional_call(m, params, (x,), unknown_keys="raise")
     with (fcall.swap if api == "swap" else fcall.to_module)(params, m):
         return m(x)
 
@@ -53,10 +55,11 @@ def test_unknown_key_under_fullgraph_shows_the_eager_message(counter, api):
     message = UNKNOWN.format(api=api)
     text = str(raised.value)
     assert text.splitlines()[0] == "Observed exception"
-    assert f"Developer debug context: raised exception {KeyError(message)!r}\n" in text
+    assert f"Developer debug context: raised exception {UnknownKey(message)!r}\n" in text
+    assert issubclass(UnknownKey, KeyError)
     assert "torch.compiler.disable" not in text
     cause = raised.value.__cause__
-    assert type(cause).__name__ == "ObservedKeyError" and message in str(cause)
+    assert type(cause).__name__ == "ObservedUnknownKeyError" and message in str(cause)
     assert_same_state(m, before)
 
 
@@ -83,5 +86,7 @@ def test_non_tensor_value_under_fullgraph_shows_the_eager_message(counter, api):
     with pytest.raises(Unsupported) as raised:
         fn(params["lin", "weight"])
     message = NOT_A_TENSOR.format(api=api)
+    if api == "functional_call":  # torch.func's own words first
+        message = "3 is not an instance of torch.Tensor\n" + message
     assert f"raised exception {TypeError(message)!r}\n" in str(raised.value)
     assert_same_state(m, before)

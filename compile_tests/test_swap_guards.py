@@ -67,18 +67,16 @@ def test_the_modules_own_tensors_are_not_guarded(counter, api):
     assert_same_state(m, before)
 
 
-@pytest.mark.parametrize("kind", ["Parameter", "requires_grad"])
-def test_to_module_with_values_that_track_gradients_guards_no_old_tensor(counter, kind):
-    # Such a value goes in as it is whatever the old one's requires_grad: reading the old
-    # tensor (even `old is None`) would make it a graph input guarded on every call.
+def test_to_module_with_values_that_track_gradients_guards_no_old_tensor(counter):
+    # A plain tensor that requires grad goes in as it is whatever the old one's
+    # requires_grad: reading the old tensor (even `old is None`) would make it a graph
+    # input guarded on every call.
     m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     before = state(m)
 
     def values():
         td = fcall.from_module(m).detach().apply(torch.randn_like)
-        return (
-            td.apply(nn.Parameter) if kind == "Parameter" else td.apply(torch.Tensor.requires_grad_)
-        )
+        return td.apply(torch.Tensor.requires_grad_)
 
     def f(p, x):
         with fcall.to_module(p, m):
@@ -96,6 +94,40 @@ def test_to_module_with_values_that_track_gradients_guards_no_old_tensor(counter
     assert same  # in the block, the slot holds the very value given
     torch.testing.assert_close(y, torch.func.functional_call(m, dict(params.flatten_keys(".")), x))
     assert cnt.frame_count == 1
+    for p in m.parameters():
+        p.requires_grad_(True)
+    assert_same_state(m, before)
+
+
+def test_to_module_with_parameter_values_follows_the_slots_requires_grad(counter):
+    # tensordict's rule (_maybe_preserve_module_state): a Parameter whose requires_grad is the
+    # slot's goes in as it is; one whose requires_grad differs is wrapped in a Parameter with
+    # the slot's. So the old tensor's requires_grad is read (and guarded): flipping it
+    # recompiles, as a changed requires_grad does for any graph input.
+    m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    before = state(m)
+
+    def values():
+        return fcall.from_module(m).detach().apply(torch.randn_like).apply(nn.Parameter)
+
+    def f(p, x):
+        with fcall.to_module(p, m):
+            return m(x), m[0].weight is p["0", "weight"], m[0].weight.requires_grad
+
+    cnt = counter("eager")
+    fn = torch.compile(f, backend=cnt, fullgraph=True)
+    x = torch.randn(2, 3)
+    fn(values(), x)
+    params = values()
+    with torch.compiler.set_stance("fail_on_recompile"):
+        y, same, requires_grad = fn(params, x)
+    assert same and requires_grad and cnt.frame_count == 1
+    for p in m.parameters():
+        p.requires_grad_(False)
+    params = values()
+    y, same, requires_grad = fn(params, x)
+    assert not same and not requires_grad  # a new Parameter with the slot's requires_grad
+    torch.testing.assert_close(y, torch.func.functional_call(m, dict(params.flatten_keys(".")), x))
     for p in m.parameters():
         p.requires_grad_(True)
     assert_same_state(m, before)

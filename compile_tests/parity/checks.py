@@ -215,7 +215,8 @@ def bad_call(kind: str, api: str):
     elif kind == "not_tensor":
         mangle = "params = dict(params); params[next(iter(params))] = 1.5\n"
     elif kind == "strict_missing":
-        mangle = "params = dict(list(params.items())[:-1])\n"
+        # the first key: a tied name's first occurrence, never an alias the tie covers
+        mangle = "params = dict(list(params.items())[1:])\n"
     elif kind == "tied_conflict":
         mangle = "params = dict(params); params['head.weight'] = params['head.weight'] * 2\n"
     else:
@@ -225,7 +226,9 @@ def bad_call(kind: str, api: str):
         call = f"with fcall.swap(params, model, strict={strict}):\n        return model(x, idx)"
     elif api == "functional_call":
         strict = kind == "strict_missing"
-        call = f"return fcall.functional_call(model, params, (x, idx), strict={strict})"
+        # torch.func sets a key the module lacks as an attribute: ask for fcall's KeyError
+        raises = ', unknown_keys="raise"' if kind == "typo" else ""
+        call = f"return fcall.functional_call(model, params, (x, idx), strict={strict}{raises})"
     else:
         extra = {"memo": ", memo={}", "state_dict_inplace": ", use_state_dict=True, inplace=False"}
         call = (
