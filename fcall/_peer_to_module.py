@@ -6,9 +6,10 @@ names (``params.0.weight``) but live in its TensorDict, not in submodules: tenso
 ``to_module`` replaces that TensorDict's content. fcall's plan names slots only, so such a key
 is refused (``UnknownKey``, nothing written), and ``fcall.to_module`` then hands the whole call
 to tensordict's implementation: the peer's semantics, not fcall's transaction or compile
-guarantees (``docs/behaviour.md``). The implementation is found on the class that defines it,
-so that ``fcall.behind_tensordict()`` (which patches ``TensorDictBase.to_module``) does not
-route it back to fcall.
+guarantees (``docs/behaviour.md``). The implementation is taken from the class that defines it
+(``TensorDictBase`` on tensordict 0.14, a base class of it on 0.15) when fcall is imported,
+before any ``fcall.behind_tensordict()`` can patch ``TensorDictBase.to_module``, so that a route
+does not send it back to fcall.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ __all__ = ["crosses_tensordict_module", "to_module"]
 
 
 def _tensordict_implementation() -> Any:
-    for klass in TensorDictBase.__mro__[1:]:
+    for klass in TensorDictBase.__mro__:
         found = klass.__dict__.get("to_module")
         if found is not None:
             return found
