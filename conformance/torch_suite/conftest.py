@@ -74,6 +74,7 @@ GRAPH_INPUT_NAMES = (
     "L_params_l1_weight_, L_buffers_buffer_). "
     "The graph computes the same thing; the test compares the printed graph."
 )
+VENDORED_FOR = "2.13."  # the torch whose printed graphs the Dynamo tests compare with
 EXPECTED_FAILURES = {
     "test_torch_dynamo_hop_functorch.py::FuncTorchHigherOrderOpTests::test_functional_call": (
         GRAPH_INPUT_NAMES
@@ -128,7 +129,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for message in TORCH_TEST_WARNINGS:
             item.add_marker(pytest.mark.filterwarnings(f"ignore:{message}"))
         key = item.nodeid.rsplit("/", 1)[-1]
-        if against == "fcall" and key in EXPECTED_FAILURES:
+        if key in EXPECTED_FAILURES and not torch.__version__.startswith(VENDORED_FOR):
+            # the printed graphs these tests expect are torch 2.13's: on another torch they
+            # fail on torch itself (--against peer), so they say nothing about fcall there
+            item.add_marker(pytest.mark.skip(reason=f"graph text of torch {VENDORED_FOR}"))
+        elif against == "fcall" and key in EXPECTED_FAILURES:
             item.add_marker(
                 pytest.mark.xfail(strict=True, raises=AssertionError, reason=EXPECTED_FAILURES[key])
             )
