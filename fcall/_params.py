@@ -115,7 +115,8 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):  # type: ign
         elif isinstance(parameters, _TDParamsBase):
             # Share the leaves, not the key set: writes through one must not change the other.
             # tensordict: the registration is kept as it is (no_convert="skip").
-            parameters, mode = cast(TensorDictBase, parameters._param_td).copy(), SKIP
+            copied: TensorDictBase = parameters._param_td.copy()
+            parameters, mode = copied, SKIP
             lock_tree(parameters)  # tensordict: `parameters._param_td.copy().lock_()`
         elif isinstance(parameters, dict):
             parameters = TensorDict(parameters)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -154,7 +154,8 @@ class ParamsTree(_MixinBase):
     ) -> Iterator[tuple[TensorDictParams, tuple[str, ...]]]:
         """The root and every cached view above ``full``, with the key relative to each."""
         yield root, full
-        for prefix, view in cast("_Views", root._views).items():  # a root's: a dict
+        assert root._views is not None  # a root's (not typing.cast: see _subview)
+        for prefix, view in root._views.items():
             if len(prefix) < len(full) and full[: len(prefix)] == prefix:
                 yield view, full[len(prefix) :]
 
@@ -246,12 +247,14 @@ class ParamsTree(_MixinBase):
         # Not `_view`: that is tensordict's `_view(*shape)`, which `view()` calls.
         root, prefix = self._anchor()
         full = prefix + key
-        views = cast("_Views", root._views)  # a root's: a dict
-        view = views.get(full)
+        # A root's views: a dict. Not typing.cast: Dynamo constant-folds a cast of an empty
+        # dict into a copy, and the view would be stored in that copy.
+        assert root._views is not None
+        view = root._views.get(full)
         if view is None or view._param_td is not sub:
             view = object.__new__(type(self))
             module_init(view)
             view._init_state(sub, root.no_convert, root, full)
             view._register_tree((), sub)
-            views[full] = view
+            root._views[full] = view
         return view
