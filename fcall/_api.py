@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -20,6 +20,38 @@ from ._plan import Plan, StalePlan, build, forget, plan_for
 from ._traced import plan_while_tracing
 
 Params = TensorDictBase | Mapping[str, Any]
+
+
+# The type checker's view: with return_swap=True (the default) the result is a TensorDict, so
+# `with fcall.to_module(params, module):` checks.
+@overload
+def to_module(
+    params: Params,
+    module: nn.Module,
+    *,
+    inplace: bool | None = None,
+    return_swap: Literal[True] = True,
+    swap_dest: TensorDictBase | None = None,
+    use_state_dict: bool = False,
+    non_blocking: bool = False,
+    preserve_module_state: bool = True,
+    memo: None = None,
+) -> TensorDictBase: ...
+
+
+@overload
+def to_module(
+    params: Params,
+    module: nn.Module,
+    *,
+    inplace: bool | None = None,
+    return_swap: bool,
+    swap_dest: TensorDictBase | None = None,
+    use_state_dict: bool = False,
+    non_blocking: bool = False,
+    preserve_module_state: bool = True,
+    memo: None = None,
+) -> TensorDictBase | None: ...
 
 
 def to_module(
@@ -152,7 +184,7 @@ def _to_module(
             current = restore(undone)
             if not return_swap:
                 return None
-            out = _old_tensordict(plan, leaves, current[: undone.plan.given])
+            out: TensorDictBase | None = _old_tensordict(plan, leaves, current[: undone.plan.given])
             attach_redo(out, undone, current)  # `with`: on exit, the swap is back in
             return out
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
@@ -270,7 +302,7 @@ class swap:
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         traceback: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         if self._swap is not None:
             swapped = self._swap
             self._swap = self._outer.pop() if self._outer else None

@@ -34,7 +34,7 @@ __all__ = ["BufferLegacy", "register_exit_op", "undone_on_error", "validate_valu
 try:  # tensordict >= 0.15
     from tensordict.utils import _BufferLegacy as BufferLegacy
 except ImportError:  # tensordict 0.14.x
-    from tensordict.utils import BufferLegacy  # type: ignore[attr-defined,no-redef]
+    from tensordict.utils import BufferLegacy  # type: ignore[no-redef]
 
 # tensordict >= 0.15: _validate_value(..., key=) names the key in its errors.
 _VALIDATE_TAKES_KEY = "key" in inspect.signature(TensorDictBase._validate_value_generic).parameters
@@ -60,7 +60,7 @@ def register_exit_op(name: str, inverse: Callable[[Any, tuple, dict, Any], Any])
     if _TD_UNDOES_ON_ERROR:
         _td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {name})
     elif not getattr(TensorDictBase.__exit__, "_fcall_undoes_on_error", False):
-        TensorDictBase.__exit__ = _undoing_on_error(TensorDictBase.__exit__)
+        TensorDictBase.__exit__ = _undoing_on_error(TensorDictBase.__exit__)  # type: ignore[method-assign]
 
 
 def undone_on_error(op_name: str) -> bool:

@@ -12,7 +12,7 @@ a shorter path to the same dispatch: ``_flatten.OldValues.__exit__``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard
 
 from tensordict import TensorDict, TensorDictBase
 
@@ -65,7 +65,7 @@ def undone_by(params: Any, module: Any, traced: bool = False) -> Swap | None:
     return swap
 
 
-def records_a_swap(last_op: Any) -> bool:
+def records_a_swap(last_op: Any) -> TypeGuard[tuple[str, tuple[Any, ...]]]:
     """Whether a TensorDict's ``_last_op`` is the record of an fcall swap (``attach``)."""
     return bool(last_op) and last_op[0] == OP_NAME
 

@@ -32,7 +32,7 @@ therefore refused when ``module`` is the DDP wrapper; swapping into
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -70,12 +70,12 @@ def prepare(
 
 def commit(swap: Swap) -> None:
     _reshard(swap.orders)
-    _copy(swap.targets, swap.new, swap.non_blocking)
+    _copy(cast("list[Any]", swap.targets), swap.new, swap.non_blocking)  # set by prepare
 
 
 def restore(swap: Swap) -> None:
     _reshard(swap.orders)
-    _copy(swap.targets, swap.old, swap.non_blocking)
+    _copy(cast("list[Any]", swap.targets), swap.old, swap.non_blocking)  # set by prepare
 
 
 def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
@@ -178,7 +178,7 @@ def _shape(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> str
     )
 
 
-def _mesh(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> str:
+def _mesh(api: str, key: str, value: DTensor, target: DTensor) -> str:
     return (
         f"{api}: {key!r} is a DTensor on {value.device_mesh}, but the FSDP2-sharded parameter "
         f"it replaces lives on {target.device_mesh}. Give a DTensor on the parameter's mesh "

@@ -73,8 +73,11 @@ class Swap:
         self.non_blocking = non_blocking
         self.old: list[Any] = []
         self.new: list[Any] = []
-        self.targets: list[dict] | None = None  # per entry, only when a value changes dict
-        self.orders: list[tuple[dict, list[str]]] = []  # key order of each dict a value left
+        # per entry, only when a value changes dict (sharded, fcall/_distributed.py: the
+        # tensor each value is copied into)
+        self.targets: list[Any] | None = None
+        # (dict, its key order) of each dict a value left (sharded: the FSDP modules)
+        self.orders: list[Any] = []
         self.done = False  # restored already: a second restore must not undo later swaps
         self.deferred = False  # commit reads the old values (and converts) in its write loop
 
@@ -328,7 +331,9 @@ def restore(swap: Swap) -> list[Any]:
                     slot[key] = slot.pop(key)
         changed = True
     for rnn in plan.rnns:
-        _reset_rnn_flat_weights(rnn())
+        # arg-type: a dead reference (the RNN dropped during the swap) fails here, as always.
+        # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.
+        _reset_rnn_flat_weights(rnn())  # type: ignore[arg-type]
     if changed:
         _write_back(swap, current)
         for now in current:  # `is`, not `GONE in current`: traced on torch 2.12, that
@@ -408,7 +413,7 @@ def _put_back_traced(pairs: list, old: list, new: list) -> tuple[list, bool]:
     return current, changed
 
 
-def _reset_rnn_flat_weights(rnn: nn.Module) -> None:
+def _reset_rnn_flat_weights(rnn: nn.RNNBase) -> None:
     """RNN/GRU/LSTM ``forward`` re-points ``_flat_weights`` at the swapped-in tensors
     (``RNNBase._weights_have_changed``): point it back at the module's own, or the module
     keeps the params alive and Dynamo recompiles on the next param set."""
@@ -567,7 +572,7 @@ def _target_slot(entry: tuple, value: Any, mode: str) -> dict:
 
 
 def _check_inplace(plan: Plan, values: list, api: str) -> list:
-    saved = []
+    saved: list[torch.Tensor] = []
     with torch.no_grad():
         for (_, _, index, _, _), key, target in zip(plan.entries, plan.names, read_slots(plan)):
             value = values[index]

@@ -17,7 +17,7 @@ Dynamo, installs guards on every TensorDict attribute it touches.
 from __future__ import annotations
 
 import collections
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -184,6 +184,9 @@ def items_of(td: TensorDictBase) -> Any:
 def _walk_tensordict(
     td: TensorDictBase, prefix: Key, leaves: Leaves, holders: list[Holder] | None
 ) -> None:
+    # Once per node, not per leaf. Not typing.cast: Dynamo constant-folds a cast of a list
+    # of constants into a copy, and the keys would be appended to that copy.
+    assert leaves._keys is not None  # _walk set it
     for name, value in items_of(td):
         key = (*prefix, name)
         if value is None or isinstance(value, torch.Tensor):
@@ -199,6 +202,9 @@ def _walk_tensordict(
 
 
 def _walk_dict(tree: dict, prefix: Key, leaves: Leaves, holders: list[Holder] | None) -> None:
+    # Once per node, not per leaf. Not typing.cast: Dynamo constant-folds a cast of a list
+    # of constants into a copy, and the keys would be appended to that copy.
+    assert leaves._keys is not None  # _walk set it
     for name, value in tree.items():
         key = (*prefix, *_split(name))
         if value is None or isinstance(value, torch.Tensor):
@@ -305,7 +311,7 @@ class OldValues(TensorDict):
     Dynamo, in tracing time.
     """
 
-    @property  # type: ignore[override]
+    @property
     def _tensordict(self) -> dict:
         attributes = self.__dict__
         entries = attributes.get("_entries")
@@ -341,7 +347,7 @@ class OldValues(TensorDict):
             return super().__exit__(exc_type, exc, traceback)
         # An op undone on exit whether or not the block raised (fcall's to_module):
         # TensorDict.__exit__ calls its inverse in both cases too.
-        queue.pop()
+        cast("collections.deque[Any]", queue).pop()  # not None: last_op came from it
         name, (args, kwargs, previous) = last_op
         result = LAST_OP_MAPS[name](self, args, kwargs, previous())
         return False if exc_type is not None else result

@@ -16,7 +16,7 @@ Design (see docs/tensordictparams.md for the long form):
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -45,7 +45,8 @@ def _as_key(index: Any) -> tuple[str, ...] | None:
     return None
 
 
-class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
+# misc: TensorDictBase.zero_grad and nn.Module.zero_grad differ (tensordict's own class has it).
+class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):  # type: ignore[misc]
     r"""A TensorDict whose entries are registered as the parameters and buffers of an nn.Module.
 
     Float16/32/64 tensors become :class:`~torch.nn.Parameter`, tensors of any other dtype
@@ -114,7 +115,8 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
         elif isinstance(parameters, _TDParamsBase):
             # Share the leaves, not the key set: writes through one must not change the other.
             # tensordict: the registration is kept as it is (no_convert="skip").
-            parameters, mode = parameters._param_td.copy(), SKIP
+            copied: TensorDictBase = parameters._param_td.copy()
+            parameters, mode = copied, SKIP
             lock_tree(parameters)  # tensordict: `parameters._param_td.copy().lock_()`
         elif isinstance(parameters, dict):
             parameters = TensorDict(parameters)
@@ -147,22 +149,23 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
         yield prefix, self
 
     # ------------------------------------------------------------------ writes
-    def __setitem__(self, index: Any, value: Any) -> None:  # type: ignore[override]
+    def __setitem__(self, index: Any, value: Any) -> None:
         key = _as_key(index)
         if key is None:
             return super().__setitem__(index, value)
         self._write(key, value)
 
-    def set(  # type: ignore[override]
-        self, key: Any, item: Any, inplace: bool = False, **kwargs: Any
-    ) -> TensorDictParams:
+    def set(self, key: Any, item: Any, inplace: bool = False, **kwargs: Any) -> TensorDictParams:
         nested = _as_key(key)
         if inplace or nested is None:
             return super().set(key, item, inplace=inplace, **kwargs)
         self._write(nested, item)
         return self
 
-    def _set_str(self, key: str, value: Any, *, inplace: Any, validated: bool, **kwargs: Any):
+    # override: tensordict's _set_str and _set_tuple are _unlock_and_set descriptors.
+    def _set_str(  # type: ignore[override]
+        self, key: str, value: Any, *, inplace: Any, validated: bool, **kwargs: Any
+    ) -> TensorDictParams:
         if inplace is not False and key in self._param_td.keys():
             self._param_td._set_str(
                 key, value, inplace=inplace, validated=validated, ignore_lock=True, **kwargs
@@ -171,7 +174,9 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
         self._write((key,), value)
         return self
 
-    def _set_tuple(self, key: tuple, value: Any, *, inplace: Any, validated: bool, **kwargs: Any):
+    def _set_tuple(  # type: ignore[override]
+        self, key: tuple, value: Any, *, inplace: Any, validated: bool, **kwargs: Any
+    ) -> TensorDictParams:
         if len(key) == 1:
             return self._set_str(key[0], value, inplace=inplace, validated=validated, **kwargs)
         if inplace is not False and key in self._param_td.keys(True):
@@ -180,10 +185,10 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
         self._write(tuple(key), value)
         return self
 
-    def __delitem__(self, key: Any) -> None:
+    def __delitem__(self, key: Any) -> None:  # type: ignore[override]  # tensordict's returns self
         self.del_(key)
 
-    def del_(self, key: Any) -> TensorDictParams:  # type: ignore[override]
+    def del_(self, key: Any) -> TensorDictParams:
         nested = _as_key(key)
         if nested is None:
             raise TypeError(
@@ -192,7 +197,7 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
         self._remove(nested)
         return self
 
-    def pop(self, key: Any, default: Any = NO_DEFAULT) -> Any:  # type: ignore[override]
+    def pop(self, key: Any, default: Any = NO_DEFAULT) -> Any:
         nested = _as_key(key)
         if nested is None:
             raise TypeError(f"fcall.TensorDictParams.pop: expected a str or tuple key, got {key!r}")
@@ -245,7 +250,7 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
             return self._apply_get_post_hook(self._param_td[index])
         return self._wrap_read(key, val)
 
-    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def get(self, key: Any, *args: Any, **kwargs: Any) -> Any:
         nested = _as_key(key)
         if nested is None:
             return super().get(key, *args, **kwargs)
@@ -278,6 +283,6 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):
     ) -> Iterator[tuple[Any, Any]]:
         for key, value in super().items(include_nested, leaves_only, is_leaf, sort=sort):
             if isinstance(value, TensorDict):
-                nested = (key,) if isinstance(key, str) else key
+                nested = (key,) if isinstance(key, str) else cast("tuple[str, ...]", key)
                 value = self._subview(nested, value)
             yield key, value

@@ -11,7 +11,7 @@ tensors, so wrapping it again registers each entry as before.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -20,8 +20,14 @@ from torch.nn.parameter import Buffer
 
 from ._params_rules import SKIP, convert_leaf
 
+# To the type checker the mixin is a tensordict TensorDictParams (the class it is mixed into
+# derives from it); at runtime it derives from object.
 if TYPE_CHECKING:
+    from tensordict.nn import TensorDictParams as _MixinBase
+
     from ._params import TensorDictParams
+else:
+    _MixinBase = object
 
 __all__ = ["Copies"]
 
@@ -43,7 +49,7 @@ def _wrap_like(tensor: torch.Tensor, orig: torch.Tensor) -> torch.Tensor:
     return convert_leaf(tensor, no_convert=True)
 
 
-class Copies:
+class Copies(_MixinBase):
     """Mixin of fcall.TensorDictParams: its copies and conversions."""
 
     def _new_like(self, param_td: TensorDictBase) -> TensorDictParams:
@@ -68,7 +74,7 @@ class Copies:
 
         return self._new_like(self._param_td.apply(copy_leaf))
 
-    def _clone(self, recurse: bool = True) -> TensorDictParams:  # type: ignore[override]
+    def _clone(self, recurse: bool = True) -> TensorDictParams:
         if not recurse:
             return self._new_like(self._param_td.copy())
         return self._copy_leaves(
@@ -98,8 +104,8 @@ class Copies:
             lambda t: nn.Parameter(t.detach(), requires_grad=False), lambda t: Buffer(t.detach())
         )
 
-    @property
-    def data(self) -> TensorDictBase:  # type: ignore[override]
+    @property  # type: ignore[misc]
+    def data(self) -> TensorDictBase:
         """A TensorDict of the leaves' ``.data``, buffers marked as buffers.
 
         As tensordict's, a TensorDict (tensordict's in-place methods write through it); its
@@ -108,7 +114,7 @@ class Copies:
         """
         return self._param_td._fast_apply(_marked_data, propagate_lock=True)
 
-    def __deepcopy__(self, memo: dict) -> TensorDictParams:
+    def __deepcopy__(self, memo: dict) -> TensorDictParams:  # type: ignore[override]
         return self._clone(recurse=True)
 
     def __copy__(self) -> TensorDictParams:
@@ -116,19 +122,20 @@ class Copies:
 
     # to(), cpu() and cuda() as tensordict 0.15 has them, on every tensordict (0.14's
     # return a tensordict.nn.TensorDictParams that registers every leaf anew by dtype).
-    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:
         return self._moved(self._param_td.to(*args, **kwargs))
 
-    def cpu(self, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+    def cpu(self, **kwargs: Any) -> TensorDictParams:
         return self._moved(self._param_td.cpu(**kwargs))
 
-    def cuda(self, device: Any = None, **kwargs: Any) -> TensorDictParams:  # type: ignore[override]
+    def cuda(self, device: Any = None, **kwargs: Any) -> TensorDictParams:
         return self._moved(self._param_td.cuda(device=device, **kwargs))
 
     def _moved(self, params: TensorDictBase) -> TensorDictParams:
         if params is self._param_td:
-            return self  # type: ignore[return-value]
-        return self._new_like(params.apply(_wrap_like, self._param_td))
+            return self
+        # Not None: apply() returns None only when fn returns None for every leaf.
+        return self._new_like(cast(TensorDictBase, params.apply(_wrap_like, self._param_td)))
 
     def _apply(self, fn: Callable, recurse: bool = True) -> TensorDictParams:
         out = super()._apply(fn, recurse=recurse)

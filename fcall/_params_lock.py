@@ -14,17 +14,21 @@ from tensordict.utils import _LOCK_ERROR
 
 from ._params_rules import lock_tree
 
+# To the type checker the mixin is a tensordict TensorDictParams (the class it is mixed into
+# derives from it); at runtime it derives from object.
 if TYPE_CHECKING:
-    pass
+    from tensordict.nn import TensorDictParams as _MixinBase
+else:
+    _MixinBase = object
 
 __all__ = ["Locking"]
 
 
-class Locking:
+class Locking(_MixinBase):
     """Mixin of fcall.TensorDictParams: ``is_locked``, ``lock_()`` and ``unlock_()``."""
 
     @property
-    def is_locked(self) -> bool:  # type: ignore[override]
+    def is_locked(self) -> bool:
         """True after ``lock_()``; ``lock=True`` locks the wrapped TensorDict only.
 
         A view (``p["a"]``) reports the lock of the TensorDict it wraps, as tensordict's
@@ -57,7 +61,7 @@ class Locking:
         object.__setattr__(self, "_is_locked", True)
         self._lock_wrapped()
 
-    def _propagate_unlock(self) -> list:
+    def _propagate_unlock(self) -> list[Any]:
         object.__setattr__(self, "_is_locked", False)
         td = self._param_td
         if not self._lock_content and td._is_locked:

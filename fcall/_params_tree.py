@@ -11,7 +11,7 @@ holding the root weakly (a view that outlives its root becomes a root of its own
 from __future__ import annotations
 
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -33,15 +33,23 @@ from ._params_rules import (
     tensor_leaves,
 )
 
+# To the type checker the mixin is a tensordict TensorDictParams (the class it is mixed into
+# derives from it); at runtime it derives from object.
 if TYPE_CHECKING:
+    from tensordict.nn import TensorDictParams as _MixinBase
+
     from ._params import TensorDictParams
+
+    _Views = dict[tuple[str, ...], TensorDictParams]
+else:
+    _MixinBase = object
 
 __all__ = ["ParamsTree", "module_init"]
 
 _MISSING = object()
 
 
-def module_init(obj: nn.Module) -> None:
+def module_init(obj: _TDParamsBase) -> None:
     if is_dynamo_compiling():
         # Dynamo traces nn.Module.__init__ through super() only (as tensordict's own class
         # does); TensorCollection.__init__ refuses direct instantiation.
@@ -57,8 +65,18 @@ def _refresh_schema(td: TensorDictBase) -> None:
         td._build_lock_schema()
 
 
-class ParamsTree:
+class ParamsTree(_MixinBase):
     """Mixin of fcall.TensorDictParams: its tree, registration, writes and views."""
+
+    if TYPE_CHECKING:
+        # The state that _init_state sets (a view's _views is None).
+        _param_td: TensorDictBase
+        no_convert: bool | str
+        _lock_content: bool
+        _root_ref: weakref.ref[TensorDictParams] | None
+        _prefix: tuple[str, ...]
+        _views: _Views | None
+        _get_post_hook: list[Callable[[Any, Any], Any]]
 
     def _build_views(self) -> None:
         # Built eagerly so that reading a nested TensorDict under compile finds its view ready
@@ -136,6 +154,7 @@ class ParamsTree:
     ) -> Iterator[tuple[TensorDictParams, tuple[str, ...]]]:
         """The root and every cached view above ``full``, with the key relative to each."""
         yield root, full
+        assert root._views is not None  # a root's (not typing.cast: see _subview)
         for prefix, view in root._views.items():
             if len(prefix) < len(full) and full[: len(prefix)] == prefix:
                 yield view, full[len(prefix) :]
@@ -228,6 +247,9 @@ class ParamsTree:
         # Not `_view`: that is tensordict's `_view(*shape)`, which `view()` calls.
         root, prefix = self._anchor()
         full = prefix + key
+        # A root's views: a dict. Not typing.cast: Dynamo constant-folds a cast of an empty
+        # dict into a copy, and the view would be stored in that copy.
+        assert root._views is not None
         view = root._views.get(full)
         if view is None or view._param_td is not sub:
             view = object.__new__(type(self))

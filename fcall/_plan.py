@@ -38,7 +38,7 @@ _CACHE: dict[int, list] = {}
 # The owner's __dict__ rather than the owner: a plan must not keep its module alive
 # (the cache is a WeakKeyDictionary keyed by the module).
 # kind: "p" parameter, "b" buffer, "a" plain tensor attribute.
-Entry = tuple[dict, str, int, nn.Module, str]
+Entry = tuple[dict, str, int, dict[str, Any], str]
 
 
 class Plan:
@@ -95,7 +95,8 @@ class Plan:
         self.may_repeat_slots = False
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
-        self.rnns: list[weakref.ref] = []  # RNN owners, whose _flat_weights need a reset
+        # RNN owners, whose _flat_weights need a reset
+        self.rnns: list[weakref.ref[nn.RNNBase]] = []
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
         # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
         # parameter slot: its Parameter), made by the walk (fcall/_traced.py) as it reaches
@@ -460,9 +461,9 @@ def _collect(
     for name, value in module._parameters.items():
         if value is not None:
             parameters[prefix + name] = value
-    for name, value in module._buffers.items():
-        if value is not None:
-            buffers[prefix + name] = value
+    for name, buffer in module._buffers.items():
+        if buffer is not None:
+            buffers[prefix + name] = buffer
     ancestors.append(module)
     for name, child in module._modules.items():
         # A child that is its own ancestor (a reference cycle, `m[0].m = m`) is not walked
@@ -514,9 +515,10 @@ def _tied_in_trace(root: nn.Module, group: tuple[str, ...]) -> bool:
         *path, last = name.split(".")
         owner = root
         for part in path:
-            owner = owner._modules.get(part)
-            if owner is None:
+            child = owner._modules.get(part)
+            if child is None:
                 return False
+            owner = child
         slot, _ = slot_of(owner, last)
         if slot is None:
             return False
