@@ -1,4 +1,4 @@
-"""The public swap API: ``to_module``, ``swap``, ``functional_call``, ``from_module``."""
+"""``to_module`` and ``swap``, and ``_swap_in``: the pipeline ``functional_call`` shares."""
 
 from __future__ import annotations
 
@@ -8,14 +8,12 @@ from typing import Any, Literal, overload
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictParams as TensorDictParamsBase
 from torch import nn
 
-from . import _distributed, _errors, _express, _extra_keys, _flatten, _peer_to_module
+from . import _distributed, _errors, _express, _flatten, _peer_to_module
 from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
-from ._params import TensorDictParams
 from ._plan import Plan, StalePlan, build, forget, plan_for
 from ._traced import plan_while_tracing
 
@@ -308,179 +306,6 @@ class swap:
             self._swap = self._outer.pop() if self._outer else None
             restore(swapped)
         return False
-
-
-def functional_call(
-    module: nn.Module,
-    params: Params | tuple | list,
-    args: Any = None,
-    kwargs: dict[str, Any] | None = None,
-    *,
-    tie_weights: bool = True,
-    strict: bool = False,
-    unknown_keys: Literal["attribute", "raise"] = "attribute",
-) -> Any:
-    """Call ``module`` with ``params`` in place of its parameters and buffers.
-
-    ``torch.func.functional_call``'s semantics (every argument, its errors), that also
-    takes a nested TensorDict, a TensorDictParams or a nested dict. ``args=None`` means no
-    positional argument; a non-tuple ``args`` is one positional argument. A key that names
-    no parameter or buffer is set as an attribute of its submodule for the call (a
-    Parameter value registers), as torch.func does; ``strict=True`` raises
-    ``RuntimeError`` on unexpected and on missing keys. ``unknown_keys="raise"`` (fcall's
-    own keyword) raises ``KeyError`` naming the unknown key and the nearest existing ones
-    instead, before anything is written, as ``fcall.swap`` does; missing keys still keep the
-    module's own values. The module is restored exactly on return and on exception.
-
-    Examples:
-        >>> import torch
-        >>> from torch import nn
-        >>> import fcall
-        >>> from tensordict import TensorDict
-        >>> model = nn.Sequential(nn.Linear(2, 2), nn.ReLU())
-        >>> params = TensorDict({"0": {"weight": torch.eye(2), "bias": torch.ones(2)}})
-        >>> fcall.functional_call(model, params, (torch.tensor([1.0, -3.0]),))
-        tensor([2., 0.])
-        >>> fcall.functional_call(model, {"0.extra": torch.ones(1)}, torch.ones(2)).shape
-        torch.Size([2])
-        >>> hasattr(model[0], "extra")
-        False
-    """
-    api = "fcall.functional_call"
-    _check_stateless(module, api)
-    if args is None:
-        args = ()
-    elif not isinstance(args, tuple):
-        args = (args,)
-    if kwargs is None:
-        kwargs = {}
-    if isinstance(params, (tuple, list)):  # torch.func's (params, buffers) form
-        params = _merged(params, api)
-    elif not isinstance(params, (Mapping, TensorDictBase)):
-        raise ValueError(_errors.bad_params_form(api, params))
-    try:
-        swapped, _ = _swap_in(params, module, api, strict, tie_weights)
-    except _errors.UnknownKey:  # nothing was written: torch.func's attribute keys
-        if unknown_keys == "raise" and not strict:
-            raise
-        return _call_with_extras(module, params, args, kwargs, tie_weights, strict)
-    try:
-        return module(*args, **kwargs)
-    finally:
-        restore(swapped)
-
-
-def _call_with_extras(
-    module: nn.Module, params: Params, args: tuple, kwargs: dict, tie_weights: bool, strict: bool
-) -> Any:
-    api = "fcall.functional_call"
-    found = _extra_keys.split(params, module, api)
-    if strict:
-        raise _extra_keys.strict_error(module, found, tie_weights, api) from None
-
-    def swap_in(known: dict[str, Any]) -> Swap:
-        return _swap_in(known, module, api, strict, tie_weights)[0]
-
-    return _extra_keys.call_with_extras(
-        module, params, found, swap_in, restore, lambda: module(*args, **kwargs)
-    )
-
-
-def _check_stateless(module: Any, api: str) -> None:
-    """torch.func's refusals, in its words: TorchScript and ``nn.DataParallel``."""
-    _check_module(module, api)
-    if (
-        torch.jit.is_tracing()
-        or torch.jit.is_scripting()
-        or isinstance(module, (torch.jit.RecursiveScriptModule, torch.jit.ScriptModule))
-    ):
-        raise RuntimeError(_errors.scripted_module(api, module))
-    if isinstance(module, nn.DataParallel):
-        raise RuntimeError(_errors.data_parallel(api))
-
-
-def _merged(dicts: tuple | list, api: str) -> dict[str, Any]:
-    """The dicts of a ``(params, buffers)`` tuple as one flat dict, as torch.func merges
-    them; a key given by two of them raises ``ValueError`` (nothing is written)."""
-    merged: dict[str, Any] = {}
-    given = 0
-    for position in range(len(dicts)):
-        for name, value in _flat_items(dicts[position], position, api):
-            merged[name] = value
-            given += 1
-    if given != len(merged):
-        counts: dict[str, int] = {}
-        for position in range(len(dicts)):
-            for name, _ in _flat_items(dicts[position], position, api):
-                counts[name] = counts.get(name, 0) + 1
-        twice = [name for name, count in counts.items() if count > 1]
-        raise ValueError(_errors.given_in_two_dicts(api, twice))
-    return merged
-
-
-def _flat_items(part: Any, position: int, api: str) -> Any:
-    """``(dotted name, value)`` of one dict of the tuple form."""
-    if not isinstance(part, (Mapping, TensorDictBase)):
-        raise ValueError(_errors.bad_params_part(api, position, part))
-    if isinstance(part, dict) and not any(
-        isinstance(value, (Mapping, TensorDictBase)) for value in part.values()
-    ):
-        return part.items()  # flat already, as torch.func takes it
-    leaves = _flatten.flatten(part, api)
-    return [(".".join(key), value) for key, value in zip(leaves.keys, leaves.values)]
-
-
-def from_module(
-    module: nn.Module,
-    *,
-    as_module: bool = False,
-    lock: bool = False,
-    use_state_dict: bool = False,
-    filter_empty: bool = True,
-) -> TensorDict | TensorDictParams:
-    """A TensorDict of the parameters and buffers of ``module``, with nested keys.
-
-    The leaves are the module's own tensors (no copy). Tied names appear once per
-    name, sharing one tensor, and non-persistent buffers are included.
-
-    With ``as_module=True`` (tensordict's ``TensorDict.from_module(m, as_module=True)``) the
-    result is a :class:`fcall.TensorDictParams` that registers each entry as the module
-    does: parameters as parameters, buffers (BatchNorm's running stats) as buffers. Copy it
-    with ``.detach().clone()`` (or ``.clone()`` to keep ``requires_grad``): copies keep each
-    entry's registration. As tensordict's, it has ``no_convert=True``: entries set later
-    become buffers.
-
-    Examples:
-        >>> from torch import nn
-        >>> import fcall
-        >>> net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
-        >>> params = fcall.from_module(net)
-        >>> sorted(params.keys(include_nested=True, leaves_only=True))[:3]
-        [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
-        >>> params["0", "weight"].shape
-        torch.Size([4, 3])
-        >>> target = fcall.from_module(net, as_module=True).detach_registered().clone()
-        >>> len(list(target.parameters())), len(list(target.buffers()))
-        (4, 3)
-    """
-    _check_module(module, "fcall.from_module")
-    # tensordict's own walk (TensorDict._from_module): the peer's tree by construction, a
-    # TensorDictParams held as a submodule kept as that very object, and with as_module
-    # (eager) buffers marked as tensordict marks them (Buffer).
-    td = TensorDict._from_module(
-        module=module, as_module=as_module, use_state_dict=use_state_dict, filter_empty=filter_empty
-    )
-    if td is None:  # no parameter or buffer anywhere, filter_empty
-        td = TensorDict()
-    if isinstance(td, TensorDictParamsBase):  # as_module: tensordict wrapped it; fcall's wraps
-        td = td._param_td  # the very TensorDict (no copy: a nested TensorDictParams stays)
-    if not as_module:
-        return td.lock_() if lock else td
-    if not lock:  # tensordict's TensorDictParams(td) runs on td.unlock_(): nested ones unlock
-        td.unlock_()
-    out = TensorDictParams(td, no_convert=True)
-    object.__setattr__(out, "no_convert", True)  # as tensordict's (its constructor keeps "skip")
-    return out.lock_() if lock else out
 
 
 def _swap_in(

@@ -21,7 +21,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
-from ._api import from_module, to_module
+from ._api import to_module
+from ._functional_call import from_module
 from ._params import TensorDictParams
 
 __all__ = ["behind_tensordict"]
