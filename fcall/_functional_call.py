@@ -61,6 +61,11 @@ def functional_call(
         False
     """
     api = "fcall.functional_call"
+    if unknown_keys != "attribute" and unknown_keys != "raise":
+        raise ValueError(
+            f"{api}: unknown_keys must be 'attribute' (torch.func's behaviour) or 'raise', "
+            f"got {unknown_keys!r}."
+        )
     _check_stateless(module, api)
     if args is None:
         args = ()

@@ -223,3 +223,13 @@ def test_args_default_is_none_as_torchs():
 
     for call in CALLS.values():
         assert call(NoArgs(), {"w": torch.tensor(3.0)}).item() == 6.0
+
+
+def test_unknown_keys_takes_one_of_two_values():
+    m = nn.Linear(1, 1)
+    message = (
+        "fcall.functional_call: unknown_keys must be 'attribute' (torch.func's behaviour) or "
+        "'raise', got 'Raise'."
+    )
+    with pytest.raises(ValueError, match=re.escape(message)):
+        fcall.functional_call(m, {}, (torch.ones(1),), unknown_keys="Raise")
