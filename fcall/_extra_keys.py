@@ -31,12 +31,14 @@ _MISSING = object()
 
 @dataclass(slots=True)
 class Extra:
-    """A key set as an attribute for the call: its owner, name, value and what it held."""
+    """A key set as an attribute for the call: its submodule's path (then the submodule,
+    found by ``check_extras``), its name, value and what it held."""
 
-    owner: nn.Module
+    path: tuple[str, ...]
     name: str
     value: Any
     old: Any
+    owner: nn.Module | None = None
 
 
 @dataclass(slots=True)
@@ -70,7 +72,7 @@ def split(params: Any, module: nn.Module, api: str) -> Split:
             given.append(".".join(stripped))
             continue
         unexpected.append(".".join(stripped))
-        extras.append(Extra(_submodule(root, stripped[:-1]), name, value, _MISSING))
+        extras.append(Extra(stripped[:-1], name, value, _MISSING))
     return Split(known, given, extras, unexpected)
 
 
@@ -89,9 +91,12 @@ def _submodule(root: nn.Module, path: tuple[str, ...]) -> nn.Module:
     return owner
 
 
-def check_extras(extras: list[Extra]) -> None:
-    """torch's checks of an attribute key (``swap_tensor``), before anything is written."""
+def check_extras(module: nn.Module, extras: list[Extra]) -> None:
+    """torch's checks of an attribute key (``swap_tensor``), before anything is written;
+    finds each key's submodule (after ``strict``'s check, as torch.func)."""
+    root, _ = unwrap(module)
     for extra in extras:
+        extra.owner = _submodule(root, extra.path)
         if extra.value is not None and not isinstance(extra.value, torch.Tensor):
             raise TypeError(f"{extra.value} is not an instance of torch.Tensor")
         if hasattr(extra.owner, extra.name):
@@ -125,7 +130,7 @@ def call_with_extras(
     call: Callable[[], Any],
 ) -> Any:
     """Swap the known keys in, set the extras, ``call()``, then undo both (in reverse)."""
-    check_extras(found.extras)
+    check_extras(module, found.extras)
     swapped = swap_in(found.known)
     try:
         for extra in found.extras:

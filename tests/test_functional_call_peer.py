@@ -233,3 +233,12 @@ def test_unknown_keys_takes_one_of_two_values():
     )
     with pytest.raises(ValueError, match=re.escape(message)):
         fcall.functional_call(m, {}, (torch.ones(1),), unknown_keys="Raise")
+
+
+def test_strict_checks_keys_before_looking_for_a_missing_submodule():
+    m = nn.Linear(1, 1)
+    params = {"weight": torch.ones(1, 1), "bias": torch.ones(1), "missing.extra": torch.ones(1)}
+    theirs = _raised(torch.func.functional_call, m, params, (torch.ones(1, 1),), strict=True)
+    ours = _raised(fcall.functional_call, m, params, (torch.ones(1, 1),), strict=True)
+    assert type(ours) is type(theirs) is RuntimeError
+    assert str(ours).startswith(str(theirs) + "\nfcall.functional_call(strict=True): ")
