@@ -148,16 +148,15 @@ def to_module(
             raise
     # A key through a TensorDictParams held as a submodule (`m.params = TensorDictParams(..)`)
     # has no slot of its own: tensordict's own to_module swaps it (the peer's semantics).
-    given = {  # as the caller gave them: tensordict replays these keywords on exit
-        "inplace": inplace,
-        "return_swap": return_swap,
-        "swap_dest": swap_dest,
-        "non_blocking": non_blocking,
-        "preserve_module_state": preserve_module_state,
-    }
-    defaults = (None, True, None, False, True)
-    kwargs = {k: v for (k, v), d in zip(given.items(), defaults) if v is not d}
-    return _peer_to_module.to_module(params, module, **kwargs)
+    return _peer_to_module.to_module(
+        params,
+        module,
+        inplace=inplace,
+        return_swap=return_swap,
+        swap_dest=swap_dest,
+        non_blocking=non_blocking,
+        preserve_module_state=preserve_module_state,
+    )
 
 
 def _to_module(

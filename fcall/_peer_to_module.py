@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tensordict import TensorDict, TensorDictBase
+from tensordict import TensorDictBase
 from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
@@ -49,11 +49,22 @@ def crosses_tensordict_module(params: Any, module: nn.Module) -> bool:
     return False
 
 
-def to_module(params: Any, module: nn.Module, **kwargs: Any) -> Any:
-    """tensordict's ``params.to_module(module, **kwargs)``."""
+# to_module's keywords and their defaults: only those the caller changed are passed on, as
+# tensordict replays the recorded keywords on exit (an explicit swap_dest=None would clash).
+_DEFAULTS = {
+    "inplace": None,
+    "return_swap": True,
+    "swap_dest": None,
+    "non_blocking": False,
+    "preserve_module_state": True,
+}
+
+
+def to_module(params: Any, module: nn.Module, **keywords: Any) -> Any:
+    """tensordict's ``params.to_module(module, ...)``, with the keywords that differ from
+    their defaults."""
     if not isinstance(params, TensorDictBase):
         leaves = _flatten.flatten(params, "fcall.to_module")
         params = _flatten.to_tensordict(leaves.keys, leaves.values)
-    elif isinstance(params, dict):  # pragma: no cover
-        params = TensorDict(params)
-    return _TO_MODULE(params, module, **kwargs)
+    given = {k: v for k, v in keywords.items() if v is not _DEFAULTS[k]}
+    return _TO_MODULE(params, module, **given)
