@@ -89,10 +89,10 @@ def convert_tree(td: Any, no_convert: bool | str) -> None:
         _check_tree(td)
         return
     for key, value in list(td._tensordict.items()):
-        if isinstance(value, _TDParamsBase):
-            continue  # a TensorDictParams (a module's own, from_module): registered already
         if isinstance(value, TensorDictBase) and not is_non_tensor(value):
-            convert_tree(value, no_convert)
+            # a TensorDictParams (a module's own, from_module) is registered already
+            if not isinstance(value, _TDParamsBase):
+                convert_tree(value, no_convert)
             continue
         new = convert_leaf(value, no_convert)
         if new is not value:
@@ -101,9 +101,11 @@ def convert_tree(td: Any, no_convert: bool | str) -> None:
 
 def _check_tree(td: TensorDictBase) -> None:
     for value in td._tensordict.values():
-        if isinstance(value, _TDParamsBase):
-            continue  # registered already
-        if isinstance(value, TensorDictBase) and not is_non_tensor(value):
+        if (
+            isinstance(value, TensorDictBase)
+            and not is_non_tensor(value)
+            and not isinstance(value, _TDParamsBase)  # registered already
+        ):
             refuse_unsupported(value)
             _check_tree(value)
 
