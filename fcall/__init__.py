@@ -11,7 +11,7 @@ tensor([0.])
 
 from ._api import swap as swap
 from ._api import to_module as to_module
-from ._functional_call import from_module as from_module
+from ._from_module import from_module as from_module
 from ._functional_call import functional_call as functional_call
 from ._params import TensorDictParams as TensorDictParams
 from ._route import behind_tensordict as behind_tensordict

@@ -24,7 +24,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from . import _errors, _flatten
-from ._plan import _all_named_tensors, _names_and_ties_of, _strip, slot_of, unwrap
+from ._plan import _all_named_tensors, _names_and_ties_of, _strip, owner_at, slot_of, unwrap
 
 _MISSING = object()
 
@@ -63,9 +63,7 @@ def split(params: Any, module: nn.Module, api: str) -> Split:
     unexpected: list[str] = []
     for key, value in zip(leaves.keys, leaves.values):
         stripped = _strip(root, key, prefixes)
-        owner: nn.Module | None = root
-        for part in stripped[:-1]:
-            owner = owner._modules.get(part) if owner is not None else None
+        owner = owner_at(root, stripped[:-1])
         name = stripped[-1]
         if owner is not None and slot_of(owner, name)[0] is not None:
             known[".".join(key)] = value

@@ -1,9 +1,7 @@
-"""``fcall.functional_call`` (torch.func's semantics) and ``fcall.from_module`` (tensordict's).
+"""``fcall.functional_call``: torch.func's semantics on the swap pipeline of ``_api.py``.
 
-Both sit on the swap pipeline of ``_api.py``: ``functional_call`` is a swap, a call and a
-restore; a key the plan refuses (``UnknownKey``) takes ``_extra_keys.py``'s slow path, as
-torch.func sets such a key as an attribute for the call. ``from_module`` reads a module with
-tensordict's own walk.
+A swap, a call and a restore; a key the plan refuses (``UnknownKey``) takes
+``_extra_keys.py``'s slow path, as torch.func sets such a key as an attribute for the call.
 """
 
 from __future__ import annotations
@@ -12,16 +10,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 import torch
-from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import TensorDictParams as TensorDictParamsBase
+from tensordict import TensorDictBase
 from torch import nn
 
 from . import _errors, _extra_keys, _flatten
 from ._api import Params, _check_module, _swap_in
 from ._engine import Swap, restore
-from ._params import TensorDictParams
 
-__all__ = ["from_module", "functional_call"]
+__all__ = ["functional_call"]
 
 
 def functional_call(
@@ -147,56 +143,3 @@ def _flat_items(part: Any, position: int, api: str) -> Any:
         return part.items()  # flat already, as torch.func takes it
     leaves = _flatten.flatten(part, api)
     return [(".".join(key), value) for key, value in zip(leaves.keys, leaves.values)]
-
-
-def from_module(
-    module: nn.Module,
-    *,
-    as_module: bool = False,
-    lock: bool = False,
-    use_state_dict: bool = False,
-    filter_empty: bool = True,
-) -> TensorDict | TensorDictParams:
-    """A TensorDict of the parameters and buffers of ``module``, with nested keys.
-
-    The leaves are the module's own tensors (no copy). Tied names appear once per
-    name, sharing one tensor, and non-persistent buffers are included.
-
-    With ``as_module=True`` (tensordict's ``TensorDict.from_module(m, as_module=True)``) the
-    result is a :class:`fcall.TensorDictParams` that registers each entry as the module
-    does: parameters as parameters, buffers (BatchNorm's running stats) as buffers. Copy it
-    with ``.detach().clone()`` (or ``.clone()`` to keep ``requires_grad``): copies keep each
-    entry's registration. As tensordict's, it has ``no_convert=True``: entries set later
-    become buffers.
-
-    Examples:
-        >>> from torch import nn
-        >>> import fcall
-        >>> net = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4))
-        >>> params = fcall.from_module(net)
-        >>> sorted(params.keys(include_nested=True, leaves_only=True))[:3]
-        [('0', 'bias'), ('0', 'weight'), ('1', 'bias')]
-        >>> params["0", "weight"].shape
-        torch.Size([4, 3])
-        >>> target = fcall.from_module(net, as_module=True).detach_registered().clone()
-        >>> len(list(target.parameters())), len(list(target.buffers()))
-        (4, 3)
-    """
-    _check_module(module, "fcall.from_module")
-    # tensordict's own walk (TensorDict._from_module): the peer's tree by construction, a
-    # TensorDictParams held as a submodule kept as that very object, and with as_module
-    # (eager) buffers marked as tensordict marks them (Buffer).
-    td = TensorDict._from_module(
-        module=module, as_module=as_module, use_state_dict=use_state_dict, filter_empty=filter_empty
-    )
-    if td is None:  # no parameter or buffer anywhere, filter_empty
-        td = TensorDict()
-    if isinstance(td, TensorDictParamsBase):  # as_module: tensordict wrapped it; fcall's wraps
-        td = td._param_td  # the very TensorDict (no copy: a nested TensorDictParams stays)
-    if not as_module:
-        return td.lock_() if lock else td
-    if not lock:  # tensordict's TensorDictParams(td) runs on td.unlock_(): nested ones unlock
-        td.unlock_()
-    out = TensorDictParams(td, no_convert=True)
-    object.__setattr__(out, "no_convert", True)  # as tensordict's (its constructor keeps "skip")
-    return out.lock_() if lock else out

@@ -19,6 +19,7 @@ Dynamo already guards on the module structure it walks.
 from __future__ import annotations
 
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -441,6 +442,17 @@ def slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
     return None, ""
 
 
+def owner_at(root: nn.Module, path: Sequence[str]) -> nn.Module | None:
+    """The submodule of ``root`` at ``path`` (names, through ``_modules``), or ``None``."""
+    owner = root
+    for part in path:
+        child = owner._modules.get(part)
+        if child is None:
+            return None
+        owner = child
+    return owner
+
+
 def _unknown(api: str, key: Key, root: nn.Module, module: nn.Module) -> str:
     return _errors.unknown_key(api, key, type(root).__name__, list(_all_named_tensors(root)))
 
@@ -513,12 +525,9 @@ def _tied_in_trace(root: nn.Module, group: tuple[str, ...]) -> bool:
     pairs = []
     for name in group:
         *path, last = name.split(".")
-        owner = root
-        for part in path:
-            child = owner._modules.get(part)
-            if child is None:
-                return False
-            owner = child
+        owner = owner_at(root, path)
+        if owner is None:
+            return False
         slot, _ = slot_of(owner, last)
         if slot is None:
             return False

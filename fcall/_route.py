@@ -22,7 +22,7 @@ from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
 from ._api import to_module
-from ._functional_call import from_module
+from ._from_module import from_module
 from ._params import TensorDictParams
 
 __all__ = ["behind_tensordict"]

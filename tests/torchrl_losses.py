@@ -101,11 +101,11 @@ def assert_restored(module: nn.Module, before: list) -> None:
 # --- DQN ------------------------------------------------------------------------
 
 
-def dqn_loss() -> tuple[DQNLoss, SoftUpdate]:
+def dqn_loss(double_dqn: bool = False) -> tuple[DQNLoss, SoftUpdate]:
     """``DQNLoss(delay_value=True)`` on a one-hot QValueActor, and its SoftUpdate."""
     net = MLP(in_features=OBS, out_features=ACTIONS, num_cells=[HIDDEN])
     actor = QValueActor(net, in_keys=["observation"], spec=OneHot(ACTIONS))
-    loss = DQNLoss(actor, delay_value=True)
+    loss = DQNLoss(actor, delay_value=True, double_dqn=double_dqn)
     loss.make_value_estimator(gamma=GAMMA)
     return loss, SoftUpdate(loss, eps=EPS)
 

@@ -1,8 +1,9 @@
 """TorchRL's own losses built and run with fcall behind tensordict (``fcall.behind_tensordict``)
 or on stock tensordict: DQN, DoubleDQN, SAC, DDPG and TD3 with tiny networks.
 
-Shared by ``tests/test_torchrl_routed.py``, ``compile_tests/test_torchrl_routed_compile.py``
-and ``benchmarks/torchrl_losses.py``. Importing it skips the importing test module when
+Shared by ``compile_tests/test_torchrl_routed_compile.py`` and
+``benchmarks/torchrl_losses.py``; the DQN and SAC losses and the batches are
+``tests/torchrl_losses.py``'s. Importing it skips the importing test module when
 torchrl is not installed.
 """
 
@@ -18,20 +19,25 @@ pytest.importorskip("torchrl", reason="torchrl is not installed (the torchrl nox
 
 import torch
 from tensordict import TensorDict, TensorDictBase
-from tensordict.nn import NormalParamExtractor, TensorDictModule
-from torch import nn
-from torchrl.data import Bounded, OneHot
-from torchrl.modules import MLP, Actor, ProbabilisticActor, QValueActor, TanhNormal, ValueOperator
-from torchrl.objectives import DDPGLoss, DQNLoss, LossModule, SACLoss, TD3Loss
+from torchrl.data import Bounded
+from torchrl.modules import MLP, Actor, ValueOperator
+from torchrl.objectives import DDPGLoss, LossModule, TD3Loss
+from torchrl_losses import (
+    ACTIONS,
+    FILTERWARNINGS,
+    GAMMA,
+    HIDDEN,
+    OBS,
+    dqn_batch,
+    dqn_loss,
+    sac_batch,
+    sac_loss,
+)
 
 import fcall
 
-OBS, ACTIONS, BATCH, HIDDEN = 4, 3, 6, 8
 LOSSES = ["dqn", "double_dqn", "sac", "ddpg", "td3"]
-FILTERWARNINGS = [
-    "ignore:torch._dynamo.config.inline_inbuilt_nn_modules is deprecated:FutureWarning",
-    "ignore:No target network updater has been associated:UserWarning",
-]
+__all__ = ["FILTERWARNINGS", "LOSSES", "backed_by", "make_batch", "make_loss", "run", "total"]
 
 
 @contextlib.contextmanager
@@ -48,57 +54,34 @@ def _spec() -> Bounded:
     return Bounded(-torch.ones(ACTIONS), torch.ones(ACTIONS), (ACTIONS,))
 
 
-def _critic() -> ValueOperator:
-    net = MLP(in_features=OBS + ACTIONS, out_features=1, num_cells=[HIDDEN])
-    return ValueOperator(net, in_keys=["observation", "action"])
-
-
 def make_loss(name: str, seed: int = 0) -> LossModule:
-    """TorchRL's loss ``name`` on tiny networks (the same weights for the same seed)."""
+    """TorchRL's loss ``name`` on tiny networks (the same weights for the same seed): DQN and
+    SAC as ``tests/torchrl_losses.py`` builds them, DDPG and TD3 with the same critic."""
     torch.manual_seed(seed)
     loss: LossModule
     if name in ("dqn", "double_dqn"):
-        net = MLP(in_features=OBS, out_features=ACTIONS, num_cells=[HIDDEN])
-        actor = QValueActor(net, in_keys=["observation"], spec=OneHot(ACTIONS))
-        loss = DQNLoss(actor, delay_value=True, double_dqn=name == "double_dqn")
+        loss = dqn_loss(double_dqn=name == "double_dqn")[0]
     elif name == "sac":
-        body = MLP(in_features=OBS, out_features=2 * ACTIONS, num_cells=[HIDDEN])
-        module = TensorDictModule(
-            nn.Sequential(body, NormalParamExtractor()),
-            in_keys=["observation"],
-            out_keys=["loc", "scale"],
-        )
-        actor = ProbabilisticActor(
-            module, in_keys=["loc", "scale"], spec=_spec(), distribution_class=TanhNormal
-        )
-        loss = SACLoss(actor, _critic(), num_qvalue_nets=2, action_spec=_spec())
+        loss = sac_loss()[0]
     elif name in ("ddpg", "td3"):
         net = MLP(in_features=OBS, out_features=ACTIONS, num_cells=[HIDDEN])
         actor = Actor(net, in_keys=["observation"], spec=_spec())
+        qnet = MLP(in_features=OBS + ACTIONS, out_features=1, num_cells=[HIDDEN])
+        critic = ValueOperator(qnet, in_keys=["observation", "action"])
         if name == "ddpg":
-            loss = DDPGLoss(actor, _critic())
+            loss = DDPGLoss(actor, critic)
         else:
-            loss = TD3Loss(actor, _critic(), action_spec=_spec())
+            loss = TD3Loss(actor, critic, action_spec=_spec())
+        loss.make_value_estimator(gamma=GAMMA)
     else:
         raise ValueError(f"unknown loss {name!r}; one of {LOSSES}")
-    loss.make_value_estimator(gamma=0.9)
     return loss
 
 
 def make_batch(name: str, seed: int = 0) -> TensorDict:
-    g = torch.Generator().manual_seed(seed)
-    nxt = {
-        "observation": torch.randn(BATCH, OBS, generator=g),
-        "reward": torch.randn(BATCH, 1, generator=g),
-        "done": torch.rand(BATCH, 1, generator=g) < 0.3,
-    }
-    nxt["terminated"] = nxt["done"].clone()
-    if name in ("dqn", "double_dqn"):
-        action = nn.functional.one_hot(torch.randint(ACTIONS, (BATCH,), generator=g), ACTIONS)
-    else:
-        action = torch.rand(BATCH, ACTIONS, generator=g) * 2 - 1
-    obs = torch.randn(BATCH, OBS, generator=g)
-    return TensorDict({"observation": obs, "action": action, "next": nxt}, [BATCH])
+    """``tests/torchrl_losses.py``'s batches: one-hot actions for DQN, continuous ones else."""
+    generator = torch.Generator().manual_seed(seed)
+    return (dqn_batch if name in ("dqn", "double_dqn") else sac_batch)(generator)
 
 
 def total(out: TensorDictBase) -> torch.Tensor:
