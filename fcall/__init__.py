@@ -11,6 +11,7 @@ tensor([0.])
 
 from ._api import swap as swap
 from ._api import to_module as to_module
+from ._checkpoint import from_checkpoint as from_checkpoint
 from ._from_module import from_module as from_module
 from ._functional_call import functional_call as functional_call
 from ._params import TensorDictParams as TensorDictParams
@@ -22,6 +23,7 @@ __all__ = [
     "TensorDictParams",
     "__version__",
     "behind_tensordict",
+    "from_checkpoint",
     "from_module",
     "functional_call",
     "swap",
