@@ -27,7 +27,10 @@ def test_site_builds_strict(tmp_path):
 
 
 # Scripts whose page is not docs/guides/<name>.md.
-PAGES = {"torchrl_dqn_target.py": "torchrl.md"}
+PAGES = {
+    "torchrl_dqn_target.py": "torchrl.md",
+    "dcp_checkpoint_sweep.py": "guides/dcp-checkpoints.md",
+}
 
 
 def test_guide_pages_include_their_scripts():

@@ -13,6 +13,7 @@ GUIDES = [
     "ensemble_vmap.py",
     "maml.py",
     "checkpoint_sweep.py",
+    "dcp_checkpoint_sweep.py",  # spawns 2 gloo ranks on 127.0.0.1 itself
     "compiled_training_loop.py",
     "torchrl_dqn_target.py",  # prints a line and exits 0 without torchrl
 ]
