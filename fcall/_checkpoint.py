@@ -47,6 +47,9 @@ def from_checkpoint(
 ) -> TensorDict:
     """A parameter set of ``module`` read from the DCP checkpoint at ``checkpoint_id``.
 
+    ``checkpoint_id`` is the directory ``torch.distributed.checkpoint.save`` wrote (read with
+    ``FileSystemReader``).
+
     The result is laid out like ``fcall.from_module(module)`` (nested keys; parameters and
     persistent buffers, i.e. the module's ``state_dict()`` tensors; tied names share one
     tensor) and allocated like the module's own tensors: under FSDP2 (``fully_shard``) or

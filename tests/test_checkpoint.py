@@ -119,8 +119,9 @@ def test_non_persistent_buffers_are_not_expected(tmp_path):
     assert sorted(fcall.from_checkpoint(path, model).keys()) == ["bias", "weight"]
 
 
-def test_reads_a_checkpoint_written_by_a_ddp_wrapper_without_the_prefix(tmp_path):
-    # a compiled module's keys start with "_orig_mod.": a plain module's checkpoint loads
+def test_a_compiled_module_reads_a_checkpoint_without_the_orig_mod_prefix(tmp_path):
+    # a compiled module's keys start with "_orig_mod.": the plain module's checkpoint loads
+    # (DDP's "module." prefix, with and without, is checked on 2 ranks)
     path = save(full_state(1), tmp_path / "ckpt")
     compiled = torch.compile(net(), backend="eager")
     params = fcall.from_checkpoint(path, compiled)
