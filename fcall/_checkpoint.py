@@ -55,7 +55,8 @@ def from_checkpoint(
     tensor) and allocated like the module's own tensors: under FSDP2 (``fully_shard``) or
     tensor parallelism each leaf is a DTensor with the parameter's mesh and placements, so a
     set costs one rank its shards, not full tensors; otherwise a plain tensor on the module's
-    device and dtype. ``torch.distributed.checkpoint.load`` fills it, resharding as DCP does
+    device and dtype (a checkpoint of another dtype is converted to the module's).
+    ``torch.distributed.checkpoint.load`` fills it, resharding as DCP does
     (a checkpoint written at world size 2 loads at 1 and the other way round). No leaf
     requires grad. The module is not touched: the same Parameter objects, the same values
     (FSDP2 modules are resharded first, as every fcall swap does). Swap the set in with
@@ -115,48 +116,22 @@ def from_checkpoint(
     stripped = _stripped(module, list(own), stored)
     selected, unknown = _select(own, keys)
 
-    # one check of everything against the metadata, before any read
-    problems: list[str] = []
-    if unknown:
-        problems.append(f"keys= names no tensor of the module: {_listed(unknown)}")
-    missing: list[str] = []
-    shapes: list[str] = []
+    names = {key: stripped.get(key, ".".join(key)) for key in own}
+    problems = _problems(own, names, selected, unknown, stored, tensors, keys is None)
+    if problems:  # everything checked against the metadata: nothing allocated or read yet
+        raise CheckpointMismatch(
+            _mismatch(path, type(unwrap(module)[0]).__name__, problems, names, tensors, under)
+        )
     to_load: dict[str, torch.Tensor] = {}  # checkpoint key -> the new leaf it fills
     leaves: dict[Key, torch.Tensor] = {}
     allocated: dict[int, torch.Tensor] = {}  # one leaf per module tensor: ties stay tied
     for key in selected:
         tensor = own[key]
-        name = stripped.get(key, ".".join(key))
-        meta = stored.get(name)
-        if not isinstance(meta, TensorStorageMetadata):
-            missing.append(name)
-            continue
-        if tuple(meta.size) != tuple(tensor.shape):
-            shapes.append(
-                f"{name!r}: the module's is {tuple(tensor.shape)}, the checkpoint's "
-                f"{tuple(meta.size)}"
-            )
-            continue
         leaf = allocated.get(id(tensor))
         if leaf is None:
             leaf = allocated[id(tensor)] = _like(tensor)
-            to_load[under + name] = leaf
+            to_load[under + names[key]] = leaf
         leaves[key] = leaf
-    if missing:
-        problems.append(f"missing from the checkpoint: {_listed(missing)}")
-    if keys is None:
-        wanted = {stripped.get(key, ".".join(key)) for key in own}
-        unexpected = [name for name in tensors if name not in wanted]
-        if unexpected:
-            problems.append(f"unexpected in the checkpoint: {_listed(unexpected)}")
-    if shapes:
-        problems.append("shape mismatch: " + "; ".join(shapes))
-    if problems:
-        raise CheckpointMismatch(
-            _mismatch(
-                path, type(unwrap(module)[0]).__name__, problems, own, stripped, tensors, under
-            )
-        )
 
     no_dist = not (dist.is_available() and dist.is_initialized())
     with warnings.catch_warnings():  # DCP warns that it loads in one process: that is meant
@@ -166,6 +141,43 @@ def from_checkpoint(
     for key, leaf in leaves.items():
         out.set(key, leaf)
     return out
+
+
+def _problems(
+    own: dict[Key, torch.Tensor],
+    names: dict[Key, str],
+    selected: list[Key],
+    unknown: list[str],
+    stored: dict[str, Any],
+    tensors: list[str],
+    strict: bool,
+) -> list[str]:
+    """Each way the checkpoint's metadata does not fit the selected keys, one line each:
+    keys= naming nothing, missing keys, (``strict``) unexpected tensors, shapes."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    problems = [f"keys= names no tensor of the module: {_listed(unknown)}"] if unknown else []
+    missing: list[str] = []
+    shapes: list[str] = []
+    for key in selected:
+        meta = stored.get(names[key])
+        if not isinstance(meta, TensorStorageMetadata):
+            missing.append(names[key])
+        elif tuple(meta.size) != tuple(own[key].shape):
+            shapes.append(
+                f"{names[key]!r}: the module's is {tuple(own[key].shape)}, the checkpoint's "
+                f"{tuple(meta.size)}"
+            )
+    if missing:
+        problems.append(f"missing from the checkpoint: {_listed(missing)}")
+    if strict:
+        wanted = set(names.values())
+        unexpected = [name for name in tensors if name not in wanted]
+        if unexpected:
+            problems.append(f"unexpected in the checkpoint: {_listed(unexpected)}")
+    if shapes:
+        problems.append("shape mismatch: " + "; ".join(shapes))
+    return problems
 
 
 def _reshard(module: nn.Module) -> None:
@@ -239,18 +251,16 @@ def _mismatch(
     path: str,
     root_name: str,
     problems: list[str],
-    own: dict[Key, torch.Tensor],
-    stripped: dict[Key, str],
+    names: dict[Key, str],
     tensors: list[str],
     under: str,
 ) -> str:
-    names = [stripped.get(key, ".".join(key)) for key in own]
-    hint = _prefix_hint(names, set(tensors)) if not under else ""
+    hint = _prefix_hint(list(names.values()), set(tensors)) if not under else ""
     return (
         f"{_API}: the checkpoint at {path!r} does not fit {root_name}:\n  - "
         + "\n  - ".join(problems)
         + f"\nThe checkpoint's tensors{f' under {under!r}' if under else ''}: "
-        f"{_listed(tensors)}; the module's keys: {_listed(names)}.\n"
+        f"{_listed(tensors)}; the module's keys: {_listed(list(names.values()))}.\n"
         f"Checkpoint keys are the module's state_dict() keys. {hint}Pass keys=[...] to "
         f"load only the keys both have with the same shape (a swap keeps the module's own "
         f"values for the others). {_NOTHING_LOADED}"

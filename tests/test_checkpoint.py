@@ -112,6 +112,14 @@ def test_tied_weights_stay_tied(tmp_path):
         assert torch.equal(model.a.weight, params["a", "weight"])
 
 
+def test_a_checkpoint_of_another_dtype_is_read_in_the_modules(tmp_path):
+    model = nn.Linear(2, 2)
+    path = save({k: v.to(torch.bfloat16) for k, v in model.state_dict().items()}, tmp_path / "c")
+    params = fcall.from_checkpoint(path, model)
+    assert params["weight"].dtype == torch.float32
+    assert torch.equal(params["weight"], model.weight.detach().to(torch.bfloat16).float())
+
+
 def test_non_persistent_buffers_are_not_expected(tmp_path):
     model = nn.Linear(2, 2)
     model.register_buffer("cache", torch.ones(2), persistent=False)
