@@ -19,6 +19,7 @@ from torch._dynamo.exc import Unsupported
 
 import fcall
 from fcall import _express, _plan
+from fcall.testing import check_swap_parity
 
 BACKENDS = ["eager", "aot_eager"]
 
@@ -79,19 +80,16 @@ def test_one_graph_for_new_param_sets(counter, backend, api):
 
 
 @pytest.mark.parametrize("container", ["flat-dict", "nested-dict"])
-def test_dict_containers_one_graph(counter, container):
+def test_dict_containers_one_graph(container):
+    # fcall.testing: one graph for both sets, compiled == eager, the module restored exactly
     m = Net().eval()
-    before = state(m)
-    cnt = counter("eager")
-    fn = torch.compile(api_functional_call, backend=cnt, fullgraph=True)
     x = torch.randn(2, 3)
-    for _ in range(2):
-        p = fresh(m)
-        given = flat(p) if container == "flat-dict" else p.to_dict()
-        torch.testing.assert_close(fn(m, given, x), reference(m, p, x))
-        torch.testing.assert_close(fn(m, given, x), api_to_module_with(m, given, x))
-    assert_same_state(m, before)
-    assert cnt.frame_count == 1
+    sets = [fresh(m) for _ in range(2)]
+    given = [flat(p) if container == "flat-dict" else p.to_dict() for p in sets]
+    report = check_swap_parity(m, given, x, api="functional_call", backends=["eager"])
+    assert report.backends[0].graphs == 1
+    for p, g in zip(sets, given):  # and eager == torch.func
+        torch.testing.assert_close(api_to_module_with(m, g, x), reference(m, p, x))
 
 
 # --- every keyword of to_module and their combinations --------------------------------------
@@ -551,17 +549,17 @@ def test_gradients_reach_the_leaves(counter, backend, api):
     assert cnt.frame_count == 2
 
 
-def test_inductor_to_module_with_block(counter):
+def test_inductor_to_module_with_block():
+    # fcall.testing: one graph, compiled (inductor) == eager, outputs and gradients
     m = Net().eval()
-    before = state(m)
-    cnt = counter("inductor")
-    fn = torch.compile(api_to_module_with, backend=cnt, fullgraph=True)
+    sets = [fresh(m) for _ in range(2)]
+    for p in sets:
+        p["lin", "weight"].requires_grad_()
     x = torch.randn(2, 3)
-    for _ in range(2):
-        p = fresh(m)
-        torch.testing.assert_close(fn(m, p, x), reference(m, p, x))
-        assert_same_state(m, before)
-    assert cnt.frame_count == 1
+    report = check_swap_parity(m, sets, x, api="to_module", backends=["inductor"])
+    assert report.backends[0].graphs == 1
+    with torch.no_grad():  # and eager == torch.func
+        torch.testing.assert_close(api_to_module_with(m, sets[0], x), reference(m, sets[0], x))
 
 
 # --- buffers --------------------------------------------------------------------------------

@@ -6,10 +6,12 @@ Backends "eager" and "aot_eager" only (inductor: compile_tests/test_testing_comp
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import subprocess
 import sys
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +23,7 @@ from tensordict import TensorDict
 from torch import nn
 
 import fcall
+import fcall.testing._parity
 from fcall.testing import (
     Failure,
     ParityError,
@@ -300,6 +303,54 @@ def test_a_corrupted_gradient_fails_naming_the_key() -> None:
     assert err.mismatch is not None and err.mismatch.path == "grad of `weight`"
     assert "differs from eager on param set 0 at grad of `weight`, largest abs difference 1\n" in (
         str(err)
+    )
+
+
+class Disabled(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+
+    @torch.compiler.disable
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.lin(x)
+
+
+def test_a_call_that_runs_no_compiled_graph_fails() -> None:
+    model = Disabled()
+    err = raised(
+        check_swap_parity,
+        model,
+        sets(model, 1),
+        X,
+        backends=["eager"],
+        fullgraph=False,
+        max_graph_breaks=1,
+    )
+    assert str(err) == (
+        "[eager fallback] backend 'eager': param set 0 ran no compiled graph: Dynamo gave up "
+        "on the swapped call and ran it eagerly (recompile limit, or a frame it skips)."
+    )
+
+
+@contextlib.contextmanager
+def swap_without_restore_when_compiled(params: Any, model: nn.Module) -> Iterator[None]:
+    """A broken swap: under compile it leaves the new values in the module."""
+    old = fcall.to_module(params, model)
+    yield
+    if not torch.compiler.is_compiling():
+        fcall.to_module(old, model)
+
+
+def test_a_module_left_with_the_swapped_values_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    broken = SimpleNamespace(swap=swap_without_restore_when_compiled)
+    monkeypatch.setattr(fcall.testing._parity, "fcall", broken)
+    model = nn.Linear(3, 2)
+    err = raised(check_swap_parity, model, sets(model, 1), torch.ones(3), backends=["eager"])
+    assert err.kind is Failure.RESTORE
+    assert str(err) == (
+        "[restore] backend 'eager': after the swaps: `weight` holds another object than before "
+        "the swap (Parameter)"
     )
 
 
