@@ -177,8 +177,9 @@ def check_swap_parity(
         max_graph_breaks: with ``fullgraph=False``, how many breaks pass.
         max_recompiles: how many sets may compile something new.
         check_grads: compare gradients (when some value of a set requires grad).
-        atol, rtol: tolerances of ``torch.testing.assert_close`` (its per-dtype defaults
-            when ``None``; give one and the other is 0).
+        atol: absolute tolerance of ``torch.testing.assert_close`` (its per-dtype
+            default when both are ``None``; give one and the other is 0).
+        rtol: relative tolerance, likewise.
 
     Returns:
         A ``ParityReport`` (per backend: graphs, breaks, recompiles, largest difference).
