@@ -280,6 +280,39 @@ def test_a_backend_that_corrupts_the_output_fails_naming_backend_and_path() -> N
     )
 
 
+def counts_twice(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+    """A backend that adds 1 to every integer tensor its graphs read (BatchNorm's
+    ``num_batches_tracked``, after the graph's own ``add_(1)``)."""
+
+    def run(*args: Any) -> Any:
+        out = gm(*args)
+        for a in args:
+            if torch.is_tensor(a) and a.dtype == torch.int64:
+                a.add_(1)
+        return out
+
+    return run
+
+
+@pytest.mark.parametrize("in_the_set", [True, False])
+def test_a_buffer_update_that_differs_fails_naming_the_buffer(in_the_set: bool) -> None:
+    model = Net()
+    given_sets = sets(model, 2)
+    if not in_the_set:  # BatchNorm updates the module's own buffers
+        given_sets = [td.exclude("bn") for td in given_sets]
+    err = raised(check_swap_parity, model, given_sets, X, backends=[counts_twice])
+    where = (
+        "value of `bn.num_batches_tracked` after the call"
+        if in_the_set
+        else "module's own `bn.num_batches_tracked` after the call"
+    )
+    assert err.mismatch is not None and err.mismatch.path == where
+    assert str(err).startswith(
+        f"[mismatch] backend 'counts_twice': differs from eager on param set 0 at {where}, "
+        "largest abs difference 1\n"
+    )
+
+
 def test_a_corrupted_gradient_fails_naming_the_key() -> None:
     model = nn.Linear(3, 2)
     given_sets = [fcall.from_module(model).detach().clone().requires_grad_() for _ in range(2)]

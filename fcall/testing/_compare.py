@@ -145,6 +145,15 @@ def values_of(slots: list[Slot]) -> dict[str, torch.Tensor]:
     return {s.path: s.value.detach().clone() for s in slots if s.value is not None}
 
 
+def changed_values(slots: list[Slot], initial: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A copy of the values that differ from ``initial`` (what a forward wrote in place)."""
+    return {
+        s.path: s.value.detach().clone()
+        for s in slots
+        if s.value is not None and not torch.equal(s.value, initial[s.path])
+    }
+
+
 def put_values(slots: list[Slot], values: dict[str, torch.Tensor]) -> None:
     """Writes saved values back into the module's own tensors, in place."""
     with torch.no_grad():

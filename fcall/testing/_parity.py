@@ -120,16 +120,23 @@ def _make_step(api: str, model: nn.Module) -> Callable[..., Any]:
 
 @dataclasses.dataclass
 class _Result:
-    """One call's outcome: output, gradients, the set's and the module's values after."""
+    """One call's outcome: output, gradients, the set's values after, and the module's own
+    values that differ from before the first call (BatchNorm's stats when the set lacks
+    them)."""
 
     out: Any
     grads: dict[str, torch.Tensor | None]
     set_after: dict[str, torch.Tensor]
-    module_after: dict[str, torch.Tensor]
+    module_changed: dict[str, torch.Tensor]
 
 
 def _run(
-    step: Callable[..., Any], params: Any, inputs: tuple[Any, ...], model: nn.Module, grad: bool
+    step: Callable[..., Any],
+    params: Any,
+    inputs: tuple[Any, ...],
+    model: nn.Module,
+    grad: bool,
+    initial: dict[str, torch.Tensor],
 ) -> _Result:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(_SEED)
@@ -137,7 +144,8 @@ def _run(
     g = _compare.grads(out, params) if grad else {}
     out = pytree.tree_map(lambda t: t.detach() if isinstance(t, torch.Tensor) else t, out)
     after = {k: v.detach().clone() for k, v in flat_items(params)}
-    return _Result(out, g, after, _compare.values_of(_compare.module_slots(model)))
+    changed = _compare.changed_values(_compare.module_slots(model), initial)
+    return _Result(out, g, after, changed)
 
 
 def check_swap_parity(
@@ -215,7 +223,7 @@ def check_swap_parity(
     step = _make_step(api, model)
     slots = _compare.module_slots(model)
     initial = _compare.values_of(slots)
-    eager = [_run(step, _compare.copy_set(p), args, model, check_grads) for p in sets]
+    eager = [_run(step, _compare.copy_set(p), args, model, check_grads, initial) for p in sets]
     problem = _compare.restore_problem(slots, _compare.module_slots(model))
     if problem is not None:
         raise ParityError(Failure.RESTORE, f"eager, after the swaps: {problem}")
@@ -234,13 +242,15 @@ def check_swap_parity(
     try:
         for backend in backends:
             _compare.put_values(slots, initial)
-            checker = _Checker(model, step, sets, args, eager, slots, check_grads, atol, rtol)
+            checker = _Checker(
+                model, step, sets, args, eager, slots, initial, check_grads, atol, rtol
+            )
             limit = max(torch._dynamo.config.recompile_limit, max_recompiles + 2)
             with torch._dynamo.config.patch(recompile_limit=limit):
                 reports.append(checker.run(backend, fullgraph, max_recompiles, tuple(breaks)))
     finally:
         torch._dynamo.reset()
-        _compare.put_values(slots, eager[-1].module_after)
+        _compare.put_values(slots, {**initial, **eager[-1].module_changed})
     return ParityReport(api, len(sets), tuple(reports))
 
 
@@ -252,6 +262,7 @@ class _Checker:
     args: tuple[Any, ...]
     eager: list[_Result]
     slots: list[_compare.Slot]
+    initial: dict[str, torch.Tensor]
     check_grads: bool
     atol: float | None
     rtol: float | None
@@ -293,7 +304,7 @@ class _Checker:
     def _call(self, compiled: Callable[..., Any], params: Any, name: str, i: int) -> _Result:
         try:
             params = _compare.copy_set(params)
-            return _run(compiled, params, self.args, self.model, self.check_grads)
+            return _run(compiled, params, self.args, self.model, self.check_grads, self.initial)
         except torch._dynamo.exc.Unsupported as exc:
             if isinstance(exc, torch._dynamo.exc.FailOnRecompileLimitHit):
                 raise ParityError(
@@ -327,10 +338,14 @@ class _Checker:
             pairs += [(f"grad of `{k}`", got.grads[k], ref.grads[k]) for k in ref.grads]
         after = ref.set_after.items()
         pairs += [(f"value of `{k}` after the call", got.set_after[k], v) for k, v in after]
-        pairs += [
-            (f"module's own `{k}` after the call", got.module_after[k], v)
-            for k, v in ref.module_after.items()
-        ]
+        for k in {**ref.module_changed, **got.module_changed}:
+            pairs.append(
+                (
+                    f"module's own `{k}` after the call",
+                    got.module_changed.get(k, self.initial[k]),
+                    ref.module_changed.get(k, self.initial[k]),
+                )
+            )
         worst = 0.0
         for path, g, e in pairs:
             bad = _compare.compare(path, g, e, self.atol, self.rtol)
