@@ -173,7 +173,7 @@ def _to_module(
         if swap is not None:
             return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(
-        params, module, api, tie_weights=True, strict=False, make_parameters=mode == PRESERVE
+        params, module, api, tie_weights=False, strict=False, make_parameters=mode == PRESERVE
     )
     if mode != INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, plan, leaves)

@@ -9,9 +9,12 @@ tensordict 0.15.3's.
   ``tensordict.base._UNDO_ON_ERROR_OPS`` when a ``with`` block raises
   (``to_module`` restores the module). tensordict 0.14.3 has no such set: its
   ``TensorDictBase.__exit__`` returns ``False`` on an exception without undoing
-  anything (and leaves the op on the queue). On 0.14.x fcall wraps ``__exit__``
-  so that fcall's own ops, and only those, are undone as on 0.15; tensordict's
-  own ops keep 0.14's behaviour.
+  anything (and leaves the op on the queue). fcall's own ``OldValues`` (what an
+  eager ``to_module`` returns) undoes fcall's ops on an exception on every version;
+  a plain TensorDict (``swap_dest=``, or one returned while compiling) behaves as
+  its tensordict's ``__exit__`` does: on 0.14 a block that raises is not undone,
+  as with tensordict 0.14's own ``to_module``. fcall does not replace tensordict's
+  ``__exit__`` (``docs/versions.md``).
 * ``BufferLegacy``: the buffer class that keeps the autograd history of the tensor it
   marks, ``tensordict.utils._BufferLegacy`` in 0.15, ``tensordict.utils.BufferLegacy``
   in 0.14.
@@ -59,32 +62,11 @@ def register_exit_op(name: str, inverse: Callable[[Any, tuple, dict, Any], Any])
     _FCALL_OPS.add(name)
     if _TD_UNDOES_ON_ERROR:
         _td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {name})
-    elif not getattr(TensorDictBase.__exit__, "_fcall_undoes_on_error", False):
-        TensorDictBase.__exit__ = _undoing_on_error(TensorDictBase.__exit__)  # type: ignore[method-assign]
 
 
 def undone_on_error(op_name: str) -> bool:
-    """Whether ``TensorDict.__exit__`` undoes the op ``op_name`` when the block raises."""
+    """Whether fcall's ``OldValues.__exit__`` undoes the op ``op_name`` when the block
+    raises (tensordict >= 0.15's ``TensorDict.__exit__`` does too)."""
     if _TD_UNDOES_ON_ERROR:
         return op_name in _td_base._UNDO_ON_ERROR_OPS
     return op_name in _FCALL_OPS
-
-
-def _undoing_on_error(original_exit: Callable[..., Any]) -> Callable[..., Any]:
-    """tensordict 0.14.x: ``__exit__`` that also undoes fcall's ops when the block raises
-    (tensordict 0.15's ``__exit__``, for fcall's op names only)."""
-
-    def __exit__(self: Any, exc_type: Any, exc_val: Any, exc_tb: Any) -> Any:
-        if exc_type is not None and issubclass(exc_type, Exception):
-            queue = self.__dict__.get("_last_op_queue")
-            last_op = queue[-1] if queue else None
-            if last_op is not None and last_op[0] in _FCALL_OPS:
-                queue.pop()
-                name, (args, kwargs, previous) = last_op
-                LAST_OP_MAPS[name](self, args, kwargs, previous())
-                return False
-        return original_exit(self, exc_type, exc_val, exc_tb)
-
-    __exit__._fcall_undoes_on_error = True  # type: ignore[attr-defined]
-    __exit__.__wrapped__ = original_exit  # type: ignore[attr-defined]
-    return __exit__

@@ -47,7 +47,6 @@ from ._context import records_a_swap
 from ._engine import PRESERVE, Swap, registered_values
 from ._flatten import Layout, Leaves, layout_of
 from ._plan import UNWATCHED, Plan, current_express, set_express
-from ._ties import REGISTRATIONS
 
 _IS_LEAF = frozenset({torch.Tensor, torch.nn.Parameter}).__contains__
 # Building an express costs about what 250 generic swaps of its plan cost (nested
@@ -194,7 +193,6 @@ class _Source:
             "TD": TensorDict,
             "IS_LEAF": _IS_LEAF,
             "CONVERT": functools.partial(registered_values, plan),
-            "REG": REGISTRATIONS,
             "PARAM": torch.nn.Parameter,
         }
         self.names: dict[int, str] = {}  # id(object) -> its name in the source
@@ -274,8 +272,13 @@ class _Source:
         return lines
 
     def _module_checks(self) -> list[str]:
-        # a parameter or submodule registered since the plan was built (a new tie?)
-        lines = [f"        if REG[0] != {self.plan.registrations}: return None"]
+        # a parameter or submodule slot changed since the plan was built (a new tie?)
+        watch = self.plan.watch
+        lines = (
+            []
+            if watch is None
+            else [f"        if not {self.constant(watch, 'W')}.unchanged(): return None"]
+        )
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.plan.checks:
             checks = [f"len({self.constant(parameters, 'P')}) != {n_parameters}"]
             if buffers is not UNWATCHED:

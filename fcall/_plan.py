@@ -27,7 +27,7 @@ from torch import nn
 
 from . import _errors
 from ._flatten import Key, Leaves
-from ._ties import REGISTRATIONS, may_be_tied, record_owners
+from ._ties import TieWatch
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: [a weak reference to it, its plans by key structure, the express
@@ -63,13 +63,13 @@ class Plan:
         "pairs",
         "parameter_leaves",
         "preserved",
-        "registrations",
         "repeated",
         "rnns",
         "root_dicts",
         "tie_groups",
         "tie_sources",
         "traced",
+        "watch",
     )
 
     def __init__(self) -> None:
@@ -88,11 +88,11 @@ class Plan:
         # entries whose slot an earlier entry names too (a submodule at two paths): they
         # take the earlier one's value, and are never written back into params
         self.repeated: frozenset[int] = frozenset()
-        self.registrations = -1  # REGISTRATIONS[0] when built (eager): see is_current
-        # traced: tied names may be in the tree (some module of the plan carries a tie
-        # mark, fcall/_ties.py, or strict's walk found a tensor under two names), so the
-        # module-keyed lookups (id() guards) are made and finish() looks for a slot that
-        # two entries name; eager: always looked up
+        # eager, tie_weights or strict: the slots the swap does not write, checked by
+        # identity before each reuse (fcall/_ties.py): a tie made later rebuilds the plan
+        self.watch: TieWatch | None = None
+        # traced: the trace's walk found a tensor under two names, so finish() looks for
+        # a slot that two entries name (id(slot): a guard on the dict); eager: always
         self.may_repeat_slots = False
         self.direct = True  # entry i takes leaf i: no tied aliases
         self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
@@ -121,7 +121,6 @@ class Plan:
             self._find_repeated()
         if not cached:
             return self
-        self.registrations = REGISTRATIONS[0]
         kinds = [entry[4] for entry in self.entries]  # eager only: _engine's deferred loop
         if kinds.count("p") != len(kinds):
             self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
@@ -174,10 +173,10 @@ class Plan:
         size unchanged) is not checked here: reading it raises ``KeyError`` in the
         swap, which then raises ``StalePlan`` and is retried with a new plan. Two
         names that become tied later (``head.weight = emb.weight``) register a
-        parameter, which counts in ``REGISTRATIONS``: any registration since the
-        build makes the plan stale.
+        parameter slot that the swap does not write (``watch``): any such change since
+        the build makes the plan stale.
         """
-        if self.registrations != REGISTRATIONS[0]:
+        if self.watch is not None and not self.watch.unchanged():
             return False
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.checks:
             if (
@@ -279,7 +278,6 @@ def plan_for(
     plan = last[1] if last[0] == signature else per_module.get(signature)
     if plan is None or not plan.is_current():
         plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
-        record_owners(unwrap(module)[0])  # a tie into this tree counts from now on
         if len(per_module) >= _MAX_PLANS_PER_MODULE:
             per_module.pop(next(iter(per_module)))
         per_module[signature] = plan
@@ -308,7 +306,11 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
     complete(plan, root, module, api, tie_weights, strict, seen_chain, seen_owner)
-    return plan.finish(cached=not torch.compiler.is_compiling(), strict=strict)
+    cached = not torch.compiler.is_compiling()
+    plan.finish(cached=cached, strict=strict)
+    if cached and (tie_weights or strict):
+        plan.watch = TieWatch(root, plan.pairs)
+    return plan
 
 
 def complete(
@@ -323,10 +325,12 @@ def complete(
 ) -> None:
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
+        if torch.compiler.is_compiling():  # finish() must find a slot two entries name
+            plan.may_repeat_slots = _has_shared_submodule(root, [])
         return
-    names, tied = _names_and_ties(root, traced_guards=strict, plan=plan)
-    if tied:  # traced with strict=True, the walk found them without asking the marks:
-        plan.may_repeat_slots = True  # finish() must still find a slot named twice
+    names, tied = _names_and_ties_of(_all_named_tensors(root))
+    if tied:  # traced, finish() must still find a slot that two entries name
+        plan.may_repeat_slots = True
     if tie_weights:
         seen_chain = set() if seen_chain is None else seen_chain
         seen_owner = set() if seen_owner is None else seen_owner
@@ -337,34 +341,16 @@ def complete(
             raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
 
 
-def _names_and_ties(
-    root: nn.Module, traced_guards: bool, plan: Plan | None = None
-) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    """Every parameter and buffer name of ``root``, and the groups of names tied to one tensor.
-
-    ``traced_guards``: under Dynamo, walk the module in the trace anyway, so that every
-    module of the tree is guarded (``strict`` must see a parameter registered later on
-    a module the swap does not touch). Otherwise, under Dynamo, the names are not needed,
-    and when no module of ``plan`` carries a tie mark (``fcall/_ties.py``) neither is the
-    lookup, which is keyed on ``root`` (an id guard: another instance would recompile)."""
-    if torch.compiler.is_compiling() and not traced_guards:
-        if plan is not None:
-            plan.may_repeat_slots = _may_be_tied(plan, root)
-            if not plan.may_repeat_slots:
-                return (), ()
-        return _names_and_ties_once(root)
-    return _names_and_ties_of(_all_named_tensors(root))
-
-
-def _may_be_tied(plan: Plan, root: nn.Module) -> bool:
-    """Whether a module that owns a given key, or is on a key's path, carries a tie mark:
-    read while tracing, as one dict-contains guard per module. Asked before any tied
-    alias is added, so the owners of the entries are the root (``root_dicts`` set) and
-    the modules on the keys' paths (``chain``)."""
-    for _, _, child in plan.chain:
-        if may_be_tied(child.__dict__):
+def _has_shared_submodule(module: nn.Module, seen: list[nn.Module]) -> bool:
+    """Whether a submodule of ``module`` is at two paths (``m[1] = m[0]``), by identity of
+    the modules only: no tensor of the tree is read (traced, each would be guarded)."""
+    seen.append(module)
+    for child in module._modules.values():
+        if child is None:
+            continue
+        if any(child is other for other in seen) or _has_shared_submodule(child, seen):
             return True
-    return plan.root_dicts is not None and may_be_tied(root.__dict__)
+    return False
 
 
 def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
@@ -372,16 +358,6 @@ def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, .
     for name, tensor in named.items():
         names_of.setdefault(tensor, []).append(name)
     return tuple(named), tuple(tuple(group) for group in names_of.values() if len(group) > 1)
-
-
-@torch._dynamo.assume_constant_result
-def _names_and_ties_once(root: nn.Module) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    # Under Dynamo this runs once, outside the trace, and its result is a constant:
-    # traced, it would read every tensor of the module, and each tensor read becomes
-    # a graph input with a TENSOR_MATCH guard evaluated on every call (about half of
-    # a swap-and-call's guards). The tied tensors are read in the trace afterwards
-    # (_plan._add_tied_aliases), so that untying them is still a guard failure.
-    return _names_and_ties_of(_all_named_tensors(root))
 
 
 def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
@@ -497,17 +473,9 @@ def _add_tied_aliases(
     if not tied:
         return
     index_of_name = {name: i for i, name in enumerate(plan.names)}
-    tracing = torch.compiler.is_compiling()
     for group in tied:
         given = [index_of_name[name] for name in group if name in index_of_name]
         if not given:
-            continue
-        # Traced, `tied` is the module as the compiled call got it (_names_and_ties_once);
-        # a swap earlier in the same call may have untied the names (to_module makes one
-        # Parameter per name, as tensordict's does): then they get no aliases, as eager,
-        # which sees the module as it is. Reading the slots also guards that names tied
-        # on entry stay tied (untying them between calls recompiles).
-        if tracing and not _tied_in_trace(root, group):
             continue
         if len(given) > 1:
             plan.tie_sources.append([plan.entries[i][2] for i in given])
@@ -518,18 +486,3 @@ def _add_tied_aliases(
                 key = tuple(name.split("."))
                 _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
         plan.tie_groups.append([plan.entries[index_of_name[name]][:2] for name in group])
-
-
-def _tied_in_trace(root: nn.Module, group: tuple[str, ...]) -> bool:
-    """Whether every name of ``group`` holds one tensor in ``root`` as the trace has it."""
-    pairs = []
-    for name in group:
-        *path, last = name.split(".")
-        owner = owner_at(root, path)
-        if owner is None:
-            return False
-        slot, _ = slot_of(owner, last)
-        if slot is None:
-            return False
-        pairs.append((slot, last))
-    return still_tied(pairs)

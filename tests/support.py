@@ -114,3 +114,17 @@ class Untied(nn.Module):
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
         return self.head(self.emb(idx))
+
+
+class Sliced(nn.Module):
+    """A forward that slices its layer list, as transformers' Llama does: every call
+    registers each layer into a new ModuleList."""
+
+    def __init__(self, width: int = 4) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(nn.Linear(width, width) for _ in range(4))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers[: len(self.layers)]:
+            x = layer(x)
+        return x

@@ -138,7 +138,7 @@ def test_a_scripted_module_is_refused_clearly(call):
 # --- 4. weights tied after a first swap ------------------------------------------------------
 
 
-@pytest.mark.parametrize("api", ["swap", "functional_call", "to_module"])
+@pytest.mark.parametrize("api", ["swap", "functional_call"])
 def test_weights_tied_after_a_first_swap_take_the_tied_result(api):
     m = Untied()
     idx = torch.tensor([0, 4])
@@ -405,56 +405,53 @@ def test_swap_keeps_a_parameter_for_a_buffer_as_it_is_like_torch_func():
         assert m._buffers["running_mean"] is value
 
 
-# --- 2. the tie marks that let one compiled function serve many instances ---------------
+# --- 2. ties seen with no hook and no mark (fcall/_ties.py) ----------------------------------
 
 
-def marks(m: nn.Module) -> dict:
-    from fcall import _ties
+def _tie_seen(m: nn.Module) -> bool:
+    w = torch.randn(5, 3)
+    with fcall.swap({"emb.weight": w}, m):
+        return m.head.weight is w
 
-    return {name: _ties.may_be_tied(mod.__dict__) for name, mod in m.named_modules()}
 
-
-def test_a_tie_marks_both_owners_and_a_shared_submodule_itself():
-    import copy
-
+def test_a_tie_made_after_a_first_swap_is_seen_and_so_is_an_untie_and_a_shared_submodule():
     m = Untied()
-    assert marks(m) == {"": False, "emb": False, "head": False}
+    assert not _tie_seen(m)
     m.head.weight = m.emb.weight
-    assert marks(m) == {"": False, "emb": True, "head": True}
-    # a deep copy of an untied module is untied; of a tied one, tied
-    assert set(marks(copy.deepcopy(Untied())).values()) == {False}
-    assert marks(copy.deepcopy(m)) == {"": False, "emb": True, "head": True}
+    assert _tie_seen(m)
+    m.head.weight = nn.Parameter(torch.randn(5, 3))
+    assert not _tie_seen(m)
     seq = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
-    seq[1] = seq[0]
-    assert marks(seq)["0"] is True
-    # a swap, by fcall or by tensordict, puts a module's own tensors back: no mark
-    fresh = Untied()
-    TensorDict.from_module(fresh).detach().clone().to_module(fresh)
-    with fcall.to_module(fcall.from_module(fresh).detach().clone(), fresh):
-        pass
-    assert set(marks(fresh).values()) == {False}
+    with fcall.swap({"0.weight": torch.zeros(2, 2)}, seq):
+        assert (seq[1].weight != 0).any()
+    seq[1] = seq[0]  # one submodule at two paths
+    with fcall.swap({"0.weight": torch.zeros(2, 2)}, seq):
+        assert (seq[1].weight == 0).all()
 
 
-def test_a_registration_into_a_deep_copy_marks_the_whole_copy():
+def test_a_tie_made_in_a_deep_copy_after_a_first_swap_is_seen():
     import copy
 
-    from fcall import _ties
-
-    twin, other = copy.deepcopy(Untied()), copy.deepcopy(Untied())
-    emb_mark, head_mark = twin.emb.__dict__[_ties.MARK], twin.head.__dict__[_ties.MARK]
-    assert emb_mark is not head_mark and emb_mark.group is head_mark.group  # one group per copy
-    grandchild = copy.deepcopy(twin)  # a copy of the copy: a group of its own
-    twin.head.weight = twin.emb.weight  # the copy's tensor: where else it is, unknown
-    assert set(marks(twin).values()) == {True}
-    assert set(marks(other).values()) == {False}  # another copy is not concerned
-    assert set(marks(grandchild).values()) == {False}
-    grandchild.emb.weight = grandchild.head.weight
-    assert set(marks(grandchild).values()) == {True}
-    assert set(marks(copy.deepcopy(twin)).values()) == {True}  # a copy of a tied copy
+    twin = copy.deepcopy(Untied())
+    assert not _tie_seen(twin)
+    twin.head.weight = twin.emb.weight
+    assert _tie_seen(twin)
     idx = torch.tensor([0, 4])
     w = torch.randn(5, 3)
     expected = torch.func.functional_call(twin, {"emb.weight": w}, idx)
     torch.testing.assert_close(fcall.functional_call(twin, {"emb.weight": w}, (idx,)), expected)
+
+
+def test_swaps_write_nothing_into_the_modules():
+    m = Untied()
+    attributes = {name: set(mod.__dict__) for name, mod in m.named_modules()}
+    p = fcall.from_module(m).detach().clone()
+    with fcall.swap(p, m):
+        pass
+    with fcall.to_module(p, m):
+        pass
+    fcall.functional_call(m, dict(p.flatten_keys(".")), (torch.tensor([0]),))
+    assert {name: set(mod.__dict__) for name, mod in m.named_modules()} == attributes
 
 
 def test_a_plain_tensor_under_both_tied_names_gets_one_parameter_per_name_as_tensordict():
