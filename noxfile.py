@@ -25,6 +25,9 @@ STACKS = {
         False,
     ),
 }
+# The stacks that also install the zoo extra (tests/test_zoo.py: transformers and timm, whose
+# torchvision loads beside torch 2.14.1, not beside the default stack's CPU torch 2.13.0).
+ZOO_STACKS = ("torch2.14.1-td0.15.3",)
 # The stacks .ci/run adds after the default one (`nox -t ci`); the others run by hand.
 CI_STACKS = ("torch2.14.1-td0.15.3", "torch2.13.0-td0.14.3-torchrl0.14.1")
 
@@ -37,7 +40,8 @@ def tests(session: nox.Session, stack: str) -> None:
     """The whole suite on one stack: README.md's test command in a venv of its own."""
     constraints, extras, from_index = STACKS[stack]
     env = {"PIP_CONFIG_FILE": "/dev/null"} if from_index else {}
-    session.install("-q", "-c", constraints, "-e", ".[test]", *extras, env=env)
+    package = ".[test,zoo]" if stack in ZOO_STACKS else ".[test]"
+    session.install("-q", "-c", constraints, "-e", package, *extras, env=env)
     session.run(
         "python", "-c", "import torch, tensordict; print(torch.__version__, tensordict.__version__)"
     )
