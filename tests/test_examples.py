@@ -16,6 +16,7 @@ GUIDES = [
     "dcp_checkpoint_sweep.py",  # spawns 2 gloo ranks on 127.0.0.1 itself
     "compiled_training_loop.py",
     "torchrl_dqn_target.py",  # prints a line and exits 0 without torchrl
+    "testing_swaps.py",
 ]
 
 

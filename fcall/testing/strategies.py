@@ -83,7 +83,9 @@ def _draw(
             flat[key].requires_grad_(True)
     if perturb is not None:
         floats = [k for k, v in flat.items() if v.is_floating_point()]
-        key = draw(st.sampled_from(floats if perturb != "missing_key" else list(flat)))
+        params = [k for k in floats if layout[k][0] is _Kind.PARAMETER]
+        choices = {"dtype": floats, "requires_grad": params or floats, "missing_key": list(flat)}
+        key = draw(st.sampled_from(choices[perturb]))
         if perturb == "dtype":
             old = flat[key]
             dtype = torch.float32 if old.dtype == torch.float64 else torch.float64
@@ -113,8 +115,9 @@ def param_sets(
             ``"tensordictparams"`` (an ``fcall.TensorDictParams``, parameters as
             Parameters).
         perturb: change the layout of one drawn key, for negative tests (a set that must
-            recompile): ``"dtype"`` (float32 <-> float64), ``"requires_grad"`` (flipped) or
-            ``"missing_key"`` (left out).
+            recompile): ``"dtype"`` (float32 <-> float64, any floating key),
+            ``"requires_grad"`` (flipped, a parameter's: BatchNorm refuses running stats
+            that require grad) or ``"missing_key"`` (left out).
         requires_grad: the values of parameters require grad (to check gradients).
         scale: parameters are drawn uniformly from ``[-scale, scale]``; floating buffers
             are the module's own plus up to 0.1; integer buffers are the module's own.
