@@ -14,10 +14,6 @@ from ._breaks import GraphBreak as GraphBreak
 from ._compare import Mismatch as Mismatch
 from ._layout import Change as Change
 from ._layout import LayoutDiff as LayoutDiff
-from ._parity import BackendReport as BackendReport
-from ._parity import Failure as Failure
-from ._parity import ParityError as ParityError
-from ._parity import ParityReport as ParityReport
 from ._parity import check_swap_parity as check_swap_parity
 from ._recompiles import Explanation as Explanation
 from ._recompiles import GuardFailure as GuardFailure
@@ -25,6 +21,10 @@ from ._recompiles import Recompile as Recompile
 from ._recompiles import RecompileLog as RecompileLog
 from ._recompiles import explain as explain
 from ._recompiles import record_recompiles as record_recompiles
+from ._report import BackendReport as BackendReport
+from ._report import Failure as Failure
+from ._report import ParityError as ParityError
+from ._report import ParityReport as ParityReport
 
 __all__ = [
     "BackendReport",
