@@ -26,6 +26,10 @@ from ._layout import Layout, LayoutDiff, diff_layouts
 # is a name, attributes, then subscripts and attributes (at least one subscript).
 _SOURCE = re.compile(r"[A-Za-z_]\w*(?:\.\w+)*\[[^\[\]]*\](?:\[[^\[\]]*\]|\.\w+)*")
 _PART = re.compile(r"\[('(?:[^'\\]|\\.)*'|\"[^\"]*\"|-?\d+)\]|\.(\w+)")
+# Subscripts that read a container's insides, not a key (``L['p']['_tensordict']['0']``).
+_INSIDES = frozenset(
+    {"_tensordict", "_param_td", "_parameters", "_buffers", "_modules", "__dict__"}
+)
 _COMPILE_ID = re.compile(r"^\[?(\d+)/(\d+)(?:_\d+)?\]?:\s*")
 
 
@@ -39,6 +43,8 @@ def key_of_source(source: str) -> str | None:
     '0.weight'
     >>> key_of_source("L['params']['layers.0.weight']")
     'layers.0.weight'
+    >>> key_of_source("L['p']['_tensordict']['0']['_tensordict']['weight']")
+    '0.weight'
     >>> key_of_source("L['model']._modules['0']._parameters['bias']")
     '0.bias'
     >>> key_of_source("L['params']") is None
@@ -51,6 +57,7 @@ def key_of_source(source: str) -> str | None:
     if head.group(0) in ("L", "G") and parts:
         parts = parts[1:]  # L['params']: the local's name, not a key
     keys = [p[1:-1] for p in parts if p is not None and p[:1] in "'\""]
+    keys = [k for k in keys if k not in _INSIDES]
     return ".".join(keys) if keys else None
 
 
