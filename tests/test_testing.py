@@ -395,6 +395,8 @@ def test_arguments_are_validated() -> None:
         check_swap_parity(model, [], torch.ones(3))
     with pytest.raises(ValueError, match="backends must be a non-empty sequence, got 'eager'"):
         check_swap_parity(model, sets(model, 1), torch.ones(3), backends="eager")
+    with pytest.raises(ValueError, match="max_graph_breaks=1 needs fullgraph=False"):
+        check_swap_parity(model, sets(model, 1), torch.ones(3), max_graph_breaks=1)
 
 
 # ------------------------------------------------------------- layouts, recompile log

@@ -133,7 +133,8 @@ def check_swap_parity(
             (``1 param float32→float64, `0.weight```), where the graph broke (the user's
             file and line, Dynamo's reason) or which value differs (the backend, the
             output or gradient path, the largest absolute difference).
-        ValueError: an unknown ``api``, no backend or no param set.
+        ValueError: an unknown ``api``, no backend, no param set, or ``max_graph_breaks``
+            with ``fullgraph=True``.
 
     Example:
         >>> import torch, fcall
@@ -152,6 +153,11 @@ def check_swap_parity(
     if not backends or isinstance(backends, str):
         raise ValueError(
             f"check_swap_parity: backends must be a non-empty sequence, got {backends!r}."
+        )
+    if fullgraph and max_graph_breaks:
+        raise ValueError(
+            f"check_swap_parity: max_graph_breaks={max_graph_breaks} needs fullgraph=False "
+            "(with fullgraph=True any graph break fails)."
         )
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     if (atol is None) != (rtol is None):
