@@ -51,7 +51,7 @@ def gpt2() -> tuple[nn.Module, tuple[Any, ...]]:
     tf = _library("transformers")
     config = tf.GPT2Config(
         vocab_size=64, n_positions=16, n_embd=32, n_layer=2, n_head=2, use_cache=False,
-        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0,
     )  # fmt: skip
     model = tf.GPT2LMHeadModel(config)
     assert model.lm_head.weight is model.transformer.wte.weight  # the tied head
