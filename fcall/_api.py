@@ -169,7 +169,7 @@ def _to_module(
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
     if mode == PRESERVE and swap_dest is None:
-        swap = _express.try_swap(params, module, api, mode)
+        swap = _express.try_swap(params, module, api, mode, tie_weights=False)
         if swap is not None:
             return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(
@@ -312,7 +312,7 @@ def _swap_in(
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
     if tie_weights and not strict:  # the flags an express is built for
-        swapped = _express.try_swap(params, module, api, AS_IS)
+        swapped = _express.try_swap(params, module, api, AS_IS, tie_weights=True)
         if swapped is not None:
             return swapped, swapped.leaves
     return _retried_if_stale(module, _swap_in_once, params, module, api, strict, tie_weights)

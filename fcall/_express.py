@@ -71,13 +71,17 @@ class Express:
         self.swap_in, self.put_back = functions
 
 
-def try_swap(params: Any, module: torch.nn.Module, api: str, mode: str) -> Swap | None:
+def try_swap(
+    params: Any, module: torch.nn.Module, api: str, mode: str, tie_weights: bool
+) -> Swap | None:
     """``params`` swapped into ``module`` by the module's express, or ``None`` (nothing
-    written: the generic path runs). Eager only; ``mode`` is ``AS_IS`` or ``PRESERVE``."""
+    written: the generic path runs). Eager only; ``mode`` is ``AS_IS`` or ``PRESERVE``.
+    An express serves only the ``tie_weights`` its plan was built for (to_module's plans
+    follow no tie: their express must not serve a swap of a tied module)."""
     if torch.compiler.is_compiling():
         return None
     express = current_express(module)
-    if express is None:
+    if express is None or express.plan.tie_weights is not tie_weights:
         return None
     entries = _entries_of(params)
     if entries is None:

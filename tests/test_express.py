@@ -9,7 +9,7 @@ import weakref
 
 import pytest
 import torch
-from support import Counter, Net, assert_same_state, state
+from support import Counter, Net, Tied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
@@ -41,10 +41,12 @@ def params_of(module: nn.Module, fill: float, grad: bool = True) -> TensorDict:
     return params.apply(nn.Parameter) if grad else params
 
 
-def primed(module: nn.Module, params: TensorDict) -> None:
-    """Swap ``params`` in and out until ``module`` has an express for their structure."""
+def primed(module: nn.Module, params: TensorDict, api: str = "swap") -> None:
+    """Swap ``params`` in and out until ``module`` has an express for their structure (an
+    express serves the tie_weights of its plan: to_module's, or swap's and functional_call's)."""
+    swap = fcall.to_module if api == "to_module" else fcall.swap
     for _ in range(2):
-        with fcall.swap(params, module):
+        with swap(params, module):
             pass
     assert _plan.current_express(module) is not None
 
@@ -55,9 +57,22 @@ def test_by_default_an_express_comes_with_the_256th_swap():
         with fcall.swap(params, model):
             pass
     assert _plan.current_express(model) is None  # a structure swapped a few times: no code
-    with fcall.to_module(params, model):
+    with fcall.swap(params, model):
         pass
     assert _plan.current_express(model) is not None
+
+
+def test_the_express_of_to_module_does_not_serve_a_swap_that_follows_ties(monkeypatch):
+    # to_module's plans follow no tie (tensordict's); swap's do (torch.func's)
+    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+    m = Tied()
+    w = torch.zeros(5, 3)
+    for _ in range(3):
+        with fcall.to_module(TensorDict({"emb": {"weight": w}}), m):
+            assert m.head.weight is not m.emb.weight
+    assert _plan.current_express(m) is not None
+    with fcall.swap(TensorDict({"emb": {"weight": w}}), m):
+        assert m.head.weight is w
 
 
 @pytest.mark.parametrize("api", ["swap", "to_module", "functional_call"])
@@ -65,7 +80,7 @@ def test_express_swaps_in_the_values_and_restores_the_very_objects(generic_swaps
     model = chain()
     own, before = fcall.from_module(model), state(model)
     params = params_of(model, 2.0)
-    primed(model, params)
+    primed(model, params, api)
     generic_swaps.clear()
     seen = []
     for fill in (3.0, 4.0):
@@ -109,7 +124,7 @@ def test_a_tensordict_carrying_another_ops_record_takes_the_express(generic_swap
     else:  # the old values that tensordict's to_module returns
         params = params.to_module(chain())
     assert params._last_op is not None and params._last_op[0] != "_fcall_to_module"
-    primed(model, params)
+    primed(model, params, api)
     generic_swaps.clear()
     if api == "functional_call":
         fcall.functional_call(model, params, (torch.ones(1, 2),))
@@ -123,7 +138,7 @@ def test_a_tensordict_carrying_another_ops_record_takes_the_express(generic_swap
 def test_to_module_converts_plain_tensors_like_the_generic_path(generic_swaps):
     model = chain()
     model[0].weight.requires_grad_(False)
-    primed(model, params_of(model, 1.0))
+    primed(model, params_of(model, 1.0), "to_module")
     generic_swaps.clear()
     plain = params_of(model, 2.0, grad=False)
     with fcall.to_module(plain, model):
@@ -252,7 +267,7 @@ def edits() -> dict:
 def test_a_changed_params_structure_takes_the_generic_path(generic_swaps, edit, api):
     model = chain()
     params = params_of(model, 1.0)
-    primed(model, params)
+    primed(model, params, api)
     generic_swaps.clear()
     edited = edits()[edit](params_of(model, 2.0))
     before = state(model)
@@ -288,8 +303,9 @@ def test_a_nested_dict_takes_the_express_until_its_structure_changes(generic_swa
     def nested(fill):
         return params_of(model, fill).to_dict()
 
+    swap = fcall.to_module if api == "to_module" else fcall.swap
     for _ in range(2):
-        with fcall.swap(nested(1.0), model):
+        with swap(nested(1.0), model):
             pass
     assert _plan.current_express(model) is not None
     generic_swaps.clear()

@@ -128,8 +128,15 @@ def _run(step, target, params, x, idx, grad: bool):
     return out
 
 
+def _for_api(pspec, use):
+    """to_module writes the keys it is given, as tensordict's does (no tie follows a given
+    name): its sets give every name, as ``from_module`` does."""
+    return dict(pspec, every_name=True) if use["api"] == "to_module" else pspec
+
+
 def check_parity(spec, pspec, use, backend: str, impl: Any = fcall) -> None:
     """Runs one example; raises ``ParityError`` naming the first violated property."""
+    pspec = _for_api(pspec, use)
     repro = gen.reproducer(spec, pspec, use, backend)
     try:
         _check(spec, pspec, use, backend, impl)
@@ -303,6 +310,7 @@ def check_instances(spec, pspec, use, backend: str, instances: int) -> None:
     """One compiled step (the module is its argument) called with ``instances``
     instances of one architecture: each gives what eager gives, the module untouched;
     one graph for all when nothing is tied (as torch.func), else at most one each."""
+    pspec = _for_api(pspec, use)
     repro = gen.reproducer(spec, pspec, use, backend)
     try:
         _check_instances(spec, pspec, use, backend, instances)

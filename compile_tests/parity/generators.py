@@ -411,7 +411,8 @@ def make_inputs(spec):
 def make_params(module, pspec, stack=0):
     """A param set for ``module``: every parameter and buffer, new random values.
 
-    Tied names share one tensor (with ``drop_alias`` only the first name is given).
+    Tied names share one tensor (with ``drop_alias`` only the first name is given, unless
+    ``every_name``: to_module's sets, see checks._for_api).
     Leaf kinds cycle through ``pspec["kinds"]`` over the parameters; buffers are
     plain tensors. ``stack=N`` stacks N sets along a new dim 0 (for vmap).
     """
@@ -423,9 +424,9 @@ def make_params(module, pspec, stack=0):
         if id(old) in made:
             # TensorDictParams wraps each leaf on its own, so two keys never share
             # one tensor there: tied names are given once (see docs/parity.md).
-            if not pspec["drop_alias"] and pspec["container"] not in (
-                "tdparams",
-                "tdparams_cleared",
+            if pspec.get("every_name") or (
+                not pspec["drop_alias"]
+                and pspec["container"] not in ("tdparams", "tdparams_cleared")
             ):
                 flat[name] = made[id(old)]
             continue
