@@ -506,6 +506,19 @@ def test_each_perturbation_changes_one_key(perturb: str) -> None:
     check()
 
 
+def test_strategy_sets_give_tied_names_once() -> None:
+    model = nn.Sequential(nn.Embedding(5, 4), nn.Linear(4, 5, bias=False))
+    model[1].weight = model[0].weight  # a tied head
+
+    @settings(max_examples=2, deadline=None, database=None)
+    @given(st.lists(param_sets(model, container="dict"), min_size=2, max_size=2))
+    def check(drawn: list[Any]) -> None:
+        assert all(sorted(d) == ["0.weight"] for d in drawn)
+        check_swap_parity(model, drawn, torch.tensor([1, 2]), backends=["eager"])
+
+    check()
+
+
 def test_strategy_arguments_are_validated() -> None:
     with pytest.raises(ValueError, match="container must be 'tensordict', 'dict' or 'tensordictp"):
         param_sets(nn.Linear(1, 1), container="list")  # type: ignore[arg-type]

@@ -38,9 +38,10 @@ class _Kind(enum.Enum):
 
 
 def _layout(module: nn.Module) -> dict[str, tuple[_Kind, torch.Tensor]]:
-    """Each dotted key of ``module``, with whether it is a parameter and its current value."""
-    params = {k: (_Kind.PARAMETER, v) for k, v in module.named_parameters(remove_duplicate=False)}
-    buffers = {k: (_Kind.BUFFER, v) for k, v in module.named_buffers(remove_duplicate=False)}
+    """Each dotted key of ``module``, with whether it is a parameter and its current value;
+    names tied to one tensor appear once (the swap gives the value to all of them)."""
+    params = {k: (_Kind.PARAMETER, v) for k, v in module.named_parameters()}
+    buffers = {k: (_Kind.BUFFER, v) for k, v in module.named_buffers()}
     return {**params, **buffers}
 
 
@@ -110,7 +111,8 @@ def param_sets(
 
     Args:
         module: the module whose layout the sets take (``named_parameters`` and
-            ``named_buffers``, tied names included).
+            ``named_buffers``: names tied to one tensor appear once, and the swap gives the
+            value to all of them).
         container: ``"tensordict"`` (nested keys), ``"dict"`` (flat ``"a.b.weight"`` keys) or
             ``"tensordictparams"`` (an ``fcall.TensorDictParams``, parameters as
             Parameters).
