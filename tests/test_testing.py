@@ -387,6 +387,23 @@ def test_a_module_left_with_the_swapped_values_fails(monkeypatch: pytest.MonkeyP
     )
 
 
+def fails_at_run(gm: torch.fx.GraphModule, example_inputs: list[torch.Tensor]) -> Any:
+    def run(*args: Any) -> Any:
+        raise RuntimeError("boom")
+
+    return run
+
+
+def test_a_compiled_call_that_raises_fails_naming_the_backend() -> None:
+    model = nn.Linear(3, 2)
+    err = raised(check_swap_parity, model, sets(model, 1), torch.ones(3), backends=[fails_at_run])
+    assert err.kind is Failure.ERROR and isinstance(err.__cause__, RuntimeError)
+    assert str(err) == (
+        "[error] backend 'fails_at_run': param set 0 raised compiled, not eagerly: "
+        "RuntimeError: boom"
+    )
+
+
 def test_arguments_are_validated() -> None:
     model = nn.Linear(3, 2)
     with pytest.raises(ValueError, match=r"api must be one of \('swap', 'to_module', 'functi"):
