@@ -95,6 +95,8 @@ def flatten_eager(params: Any, api: str) -> Leaves:
         entries = params  # nested or not, with root names that hold no dot
     elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
         entries = params._param_td._tensordict  # its registered leaves, as _walk reads them
+    elif type(params) is dict:
+        return _flat_or_generic(params, api)
     else:
         return flatten_generic(params, api)
     leaves = Leaves(params, api)
@@ -103,6 +105,28 @@ def flatten_eager(params: Any, api: str) -> Leaves:
         leaves.signature = tuple(shape)
         return leaves
     return flatten_generic(params, api)
+
+
+def _flat_or_generic(params: dict, api: str) -> Leaves:
+    """A flat dict of tensors with dotted string names (``torch.func``'s form): its names
+    are its signature (a string caches its hash), its values the leaves; the key tuples
+    are split only when a plan is built (``Leaves.keys``). Anything else: the generic walk.
+    A flat signature holds no ``_END_NAMES``, so it never equals a ``_walk_exact`` one."""
+    values = list(params.values())
+    for value in values:
+        cls = type(value)
+        if cls is not _Tensor and cls is not _Parameter:
+            return flatten_generic(params, api)
+    names = tuple(params)
+    try:
+        if not all(map(str.__len__, names)):  # an empty name: the generic walk's error
+            return flatten_generic(params, api)
+    except TypeError:  # a name that is not a string
+        return flatten_generic(params, api)
+    leaves = Leaves(params, api)
+    leaves.values = values
+    leaves.signature = names
+    return leaves
 
 
 _Tensor, _Parameter = torch.Tensor, torch.nn.Parameter

@@ -39,17 +39,36 @@ def test_nested_dict_and_tensordictparams_read_as_the_tensordict_does():
 @pytest.mark.parametrize(
     "params",
     [
-        {"0.weight": torch.ones(3, 2)},
         {("1", "0"): {"weight": torch.ones(2, 3)}},
         {"0": {"weight": None}},
+        {"0.weight": torch.ones(3, 2), "1": {"weight": torch.ones(3)}},
+        {"0.weight": None},
     ],
-    ids=["dotted root", "tuple name", "None value"],
+    ids=["tuple name", "None value", "dotted root over a node", "dotted root, None value"],
 )
 def test_dicts_the_fast_walk_cannot_read_take_the_generic_walk(params):
     leaves = _flatten.flatten_eager(params, "swap")
     generic = _flatten.flatten_generic(params, "swap")
     assert leaves.signature == generic.signature == tuple(generic.keys)
     assert leaves.values == generic.values
+
+
+def test_a_flat_dict_of_tensors_is_signed_by_its_names_and_split_only_for_a_plan():
+    # torch.func's form: no key tuple per leaf per swap; a structure of its own
+    w, b = torch.ones(2, 3), nn.Parameter(torch.ones(2))
+    params = {"1.0.weight": w, "1.bias": b}
+    leaves = _flatten.flatten_eager(params, "swap")
+    assert leaves.signature == ("1.0.weight", "1.bias")
+    assert (
+        leaves.signature
+        != _flatten.flatten_eager({"1": {"0": {"weight": w}, "bias": b}}, "swap").signature
+    )
+    assert leaves.values == [w, b]
+    assert (
+        leaves.keys
+        == _flatten.flatten_generic(params, "swap").keys
+        == [("1", "0", "weight"), ("1", "bias")]
+    )
 
 
 def test_a_dotted_name_below_the_root_keeps_the_fast_walk_and_the_generic_keys():
