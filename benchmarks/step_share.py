@@ -1,8 +1,8 @@
-"""The eager swap's share of realistic steps, express lane on and off (issue 26, item 3).
+"""The eager swap's share of realistic steps, eager machinery vs torch.func (issue 26).
 
 Run from the repository root:
 
-    python benchmarks/step_share.py          # about 2 minutes on a 2-core machine
+    python benchmarks/step_share.py          # about a minute on a 2-core machine
     python benchmarks/step_share.py --quick  # a smoke run, under 30 s
 
 CPU, one thread, median of interleaved rounds (each round runs every function once, in
@@ -32,67 +32,39 @@ reversed order every other round). Two sections:
    ``torch.func.functional_call`` with a flat dict; the ratio is the median over rounds of
    each round's cell / peer.
 
-The express lane (``fcall/_express.py``) is turned off here without touching fcall: the
-modules of the "off" lane are fresh and swapped only while ``_OFFERS_BEFORE_BUILD`` is
-10**9, so that no plan of theirs gets an express. Each lane's module state is printed:
-"express" (built after the warm-up of 300 swaps) or "generic".
+fcall has one (generic) eager path; every swapped module is warmed with a few swaps first,
+so that its plan is built and cached before it is timed.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import itertools
 import platform
 import statistics
 import subprocess
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from tensordict import TensorDict
 from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
 
 import fcall
-from fcall import _express, _plan
 
-WARM_SWAPS = 300  # past _express._OFFERS_BEFORE_BUILD (256): the "on" lane has its express
-NEVER = 10**9
-LANES = ("on", "off")
+WARM_SWAPS = 20  # plans built and cached before anything is timed
 
 Fn = Callable[[], Any]
 
 
-@contextlib.contextmanager
-def lane(name: str) -> Iterator[None]:
-    """While "off", no plan reaches its build: modules swapped only then stay generic."""
-    saved = _express._OFFERS_BEFORE_BUILD
-    _express._OFFERS_BEFORE_BUILD = saved if name == "on" else NEVER
-    try:
-        yield
-    finally:
-        _express._OFFERS_BEFORE_BUILD = saved
-
-
-def state(module: nn.Module) -> str:
-    return "generic" if _plan.current_express(module) is None else "express"
-
-
-def warm(fn: Fn, module: nn.Module, name: str, times: int = WARM_SWAPS) -> str:
-    """``fn`` run ``times`` times in lane ``name``; the state it leaves ``module`` in."""
-    if name == "off":
-        _plan.set_express(module, None)
-    with lane(name):
-        for _ in range(times):
-            fn()
-    found = state(module)
-    assert name == "on" or found == "generic", "the off lane built an express"
-    return found
+def warm(fn: Fn, times: int = WARM_SWAPS) -> None:
+    """``fn`` run ``times`` times (its module's plan built and cached)."""
+    for _ in range(times):
+        fn()
 
 
 def _batch(fn: Fn, number: int) -> float:
@@ -108,13 +80,12 @@ def rounds(fns: dict[str, Fn], count: int, budget_s: float) -> dict[str, list[fl
     numbers = {}
     times: dict[str, list[float]] = {name: [] for name in fns}
     order = list(fns)
-    with lane("off"):  # nothing swapped from here on builds an express
-        for name, fn in fns.items():
-            fn()
-            numbers[name] = max(1, min(2000, round(budget_s / max(_batch(fn, 1), 1e-7))))
-        for round_ in range(count):
-            for name in order[::-1] if round_ % 2 else order:
-                times[name].append(_batch(fns[name], numbers[name]))
+    for name, fn in fns.items():
+        fn()
+        numbers[name] = max(1, min(2000, round(budget_s / max(_batch(fn, 1), 1e-7))))
+    for round_ in range(count):
+        for name in order[::-1] if round_ % 2 else order:
+            times[name].append(_batch(fns[name], numbers[name]))
     return times
 
 
@@ -136,14 +107,13 @@ def paired(samples: list[float], base: list[float]) -> float:
 
 @dataclass
 class Step:
-    """One realistic step: per lane, the step with fcall and its swaps alone."""
+    """One realistic step: with fcall, its swaps alone, and without a swap."""
 
     name: str
     swaps: int  # swaps per step
-    with_fcall: dict[str, Fn] = field(default_factory=dict)
-    swap_alone: dict[str, Fn] = field(default_factory=dict)
-    states: dict[str, str] = field(default_factory=dict)
-    without: Fn | None = None  # the step with no swap
+    with_fcall: Fn
+    swap_alone: Fn
+    without: Fn  # the step with no swap
     alone_base: Fn | None = None  # subtracted from swap_alone (vmap's own cost)
 
 
@@ -164,7 +134,6 @@ def linear_stack(p: dict[str, torch.Tensor], x: torch.Tensor, names: list[str]) 
 
 
 def dqn() -> Step:
-    step = Step("DQN update, 2x256 MLP, batch 256", swaps=1)
     obs, act, batch, gamma = 8, 4, 256, 0.99
     s, s2 = torch.randn(batch, obs), torch.randn(batch, obs)
     a = torch.randint(act, (batch, 1))
@@ -179,32 +148,31 @@ def dqn() -> Step:
         loss.backward()
         opt.step()
 
-    for name in LANES:
-        net = mlp(obs, 256, 256, act)
-        target = fcall.from_module(net).detach().clone()
-        opt = torch.optim.Adam(net.parameters(), lr=1e-4)
-
-        def with_fcall(net=net, opt=opt, target=target) -> None:
-            def target_q(x: torch.Tensor) -> torch.Tensor:
-                with fcall.swap(target, net):
-                    return net(x)
-
-            update(net, opt, target_q)
-
-        def alone(net=net, target=target) -> None:
-            with fcall.swap(target, net):
-                pass
-
-        step.states[name] = warm(alone, net, name)
-        step.with_fcall[name], step.swap_alone[name] = with_fcall, alone
-    net, target_net = mlp(obs, 256, 256, act), mlp(obs, 256, 256, act)
+    net = mlp(obs, 256, 256, act)
+    target = fcall.from_module(net).detach().clone()
     opt = torch.optim.Adam(net.parameters(), lr=1e-4)
-    step.without = lambda: update(net, opt, target_net)
-    return step
+
+    def target_q(x: torch.Tensor) -> torch.Tensor:
+        with fcall.swap(target, net):
+            return net(x)
+
+    def alone() -> None:
+        with fcall.swap(target, net):
+            pass
+
+    warm(alone)
+    plain, target_net = mlp(obs, 256, 256, act), mlp(obs, 256, 256, act)
+    plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-4)
+    return Step(
+        "DQN update, 2x256 MLP, batch 256",
+        swaps=1,
+        with_fcall=lambda: update(net, opt, target_q),
+        swap_alone=alone,
+        without=lambda: update(plain, plain_opt, target_net),
+    )
 
 
 def maml(inner_steps: int = 5) -> Step:
-    step = Step(f"MAML task, 1-40-40-1 MLP, {inner_steps} inner steps", swaps=inner_steps + 1)
     shots, alpha = 10, 0.01
     xs, xq = torch.rand(shots, 1) * 10 - 5, torch.rand(shots, 1) * 10 - 5
     ys, yq = torch.sin(xs), torch.sin(xq)
@@ -221,39 +189,38 @@ def maml(inner_steps: int = 5) -> Step:
         loss.backward()
         opt.step()
 
-    for name in LANES:
-        model = mlp(1, 40, 40, 1)
-        params = dict(model.named_parameters())
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        fast = {k: v * 1.0 for k, v in params.items()}  # non-leaf tensors, as in the loop
-
-        def with_fcall(model=model, params=params, opt=opt) -> None:
-            adapt(params, lambda p, x: fcall.functional_call(model, p, (x,)), opt)
-
-        def alone(model=model, params=params, fast=fast) -> None:
-            with fcall.swap(params, model):
-                pass
-            for _ in range(inner_steps):
-                with fcall.swap(fast, model):
-                    pass
-
-        step.states[name] = warm(alone, model, name)
-        step.with_fcall[name], step.swap_alone[name] = with_fcall, alone
     model = mlp(1, 40, 40, 1)
-    params = dict(model.named_parameters())
+    params: dict[str, torch.Tensor] = dict(model.named_parameters())
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    step.without = lambda: adapt(params, lambda p, x: linear_stack(p, x, names), opt)
-    return step
+    fast = {k: v * 1.0 for k, v in params.items()}  # non-leaf tensors, as in the loop
+
+    def alone() -> None:
+        with fcall.swap(params, model):
+            pass
+        for _ in range(inner_steps):
+            with fcall.swap(fast, model):
+                pass
+
+    warm(alone)
+    plain = mlp(1, 40, 40, 1)
+    plain_params: dict[str, torch.Tensor] = dict(plain.named_parameters())
+    plain_opt = torch.optim.Adam(plain.parameters(), lr=1e-3)
+    return Step(
+        f"MAML task, 1-40-40-1 MLP, {inner_steps} inner steps",
+        swaps=inner_steps + 1,
+        with_fcall=lambda: adapt(params, lambda p, x: fcall.functional_call(model, p, (x,)), opt),
+        swap_alone=alone,
+        without=lambda: adapt(plain_params, lambda p, x: linear_stack(p, x, names), plain_opt),
+    )
 
 
 def ensemble(members: int = 10) -> Step:
-    step = Step(f"vmap ensemble, {members} MLPs 32-64-64-1, batch 64", swaps=1)
     x, y = torch.randn(64, 32), torch.randn(members, 64, 1)
     names = ["0", "2", "4"]
 
     def stacked() -> tuple[nn.Module, dict[str, torch.Tensor], torch.optim.Optimizer]:
         nets = [mlp(32, 64, 64, 1) for _ in range(members)]
-        params, _ = torch.func.stack_module_state(nets)  # type: ignore[arg-type]
+        params, _ = torch.func.stack_module_state(nets)
         return nets[0], params, torch.optim.Adam(params.values(), lr=1e-3)
 
     def train(forward: Callable, params: dict, opt: torch.optim.Optimizer) -> None:
@@ -266,119 +233,100 @@ def ensemble(members: int = 10) -> Step:
     def first_bias(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         return p["0.bias"].sum()
 
-    for name in LANES:
-        base, params, opt = stacked()
+    base, params, opt = stacked()
 
-        def with_fcall(base=base, params=params, opt=opt) -> None:
-            train(lambda p, x: fcall.functional_call(base, p, (x,)), params, opt)
+    def swap_then_bias(p: dict[str, torch.Tensor], x: torch.Tensor) -> Any:
+        with fcall.swap(p, base):
+            return p["0.bias"].sum()
 
-        def swap_then_bias(p: dict[str, torch.Tensor], x: torch.Tensor, base=base) -> Any:
-            with fcall.swap(p, base):
-                return p["0.bias"].sum()
+    def alone() -> None:
+        torch.vmap(swap_then_bias, in_dims=(0, None))(params, x)
 
-        def alone(params=params, swap_then_bias=swap_then_bias) -> None:
-            torch.vmap(swap_then_bias, in_dims=(0, None))(params, x)
-
-        step.states[name] = warm(alone, base, name)
-        step.with_fcall[name], step.swap_alone[name] = with_fcall, alone
-    _, params, opt = stacked()
-    step.without = lambda: train(lambda p, x: linear_stack(p, x, names), params, opt)
-    _, params, _ = stacked()
-    step.alone_base = lambda: torch.vmap(first_bias, in_dims=(0, None))(params, x)
-    return step
+    warm(alone)
+    _, plain_params, plain_opt = stacked()
+    _, base_params, _ = stacked()
+    return Step(
+        f"vmap ensemble, {members} MLPs 32-64-64-1, batch 64",
+        swaps=1,
+        with_fcall=lambda: train(lambda p, x: fcall.functional_call(base, p, (x,)), params, opt),
+        swap_alone=alone,
+        without=lambda: train(lambda p, x: linear_stack(p, x, names), plain_params, plain_opt),
+        alone_base=lambda: torch.vmap(first_bias, in_dims=(0, None))(base_params, x),
+    )
 
 
 def sweep(checkpoints: int = 4) -> Step:
-    step = Step(
-        f"checkpoint sweep, 2-layer TransformerEncoder d128, {checkpoints} sets", checkpoints
-    )
     x = torch.randn(16, 32, 128)
 
     def encoder() -> nn.Module:
         layer = nn.TransformerEncoderLayer(128, 4, 256, dropout=0.0, batch_first=True)
         return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False).eval()
 
-    def sets(model: nn.Module) -> list[TensorDict]:
-        base = fcall.from_module(model).detach()
-        return [base.apply(lambda t: t + 0.01 * torch.randn_like(t)) for _ in range(checkpoints)]
+    model = encoder()
+    base = fcall.from_module(model).detach()
+    params = [base.apply(lambda t: t + 0.01 * torch.randn_like(t)) for _ in range(checkpoints)]
 
-    for name in LANES:
-        model = encoder()
-        params = sets(model)
+    @torch.no_grad()
+    def with_fcall() -> list[float]:
+        scores = []
+        for p in params:
+            with fcall.swap(p, model):
+                scores.append(model(x).square().mean().item())
+        return scores
 
-        @torch.no_grad()
-        def with_fcall(model=model, params=params) -> list[float]:
-            scores = []
-            for p in params:
-                with fcall.swap(p, model):
-                    scores.append(model(x).square().mean().item())
-            return scores
+    def alone() -> None:
+        for p in params:
+            with fcall.swap(p, model):
+                pass
 
-        def alone(model=model, params=params) -> None:
-            for p in params:
-                with fcall.swap(p, model):
-                    pass
-
-        step.states[name] = warm(alone, model, name)
-        step.with_fcall[name], step.swap_alone[name] = with_fcall, alone
+    warm(alone)
     models = [encoder() for _ in range(checkpoints)]
 
     @torch.no_grad()
     def without() -> list[float]:
         return [m(x).square().mean().item() for m in models]
 
-    step.without = without
-    return step
+    return Step(
+        f"checkpoint sweep, 2-layer TransformerEncoder d128, {checkpoints} sets",
+        swaps=checkpoints,
+        with_fcall=with_fcall,
+        swap_alone=alone,
+        without=without,
+    )
 
 
 def step_rows(steps: list[Step], count: int, budget_s: float) -> list[dict[str, Any]]:
     rows = []
     for step in steps:
-        assert step.without is not None
-        fns: dict[str, Fn] = {  # "without" between the steps: each round pairs them
-            "step on": step.with_fcall["on"],
-            "without": step.without,
-            "step off": step.with_fcall["off"],
-            "alone on": step.swap_alone["on"],
-            "alone off": step.swap_alone["off"],
-        }
+        fns: dict[str, Fn] = {"step": step.with_fcall, "without": step.without}
+        fns["alone"] = step.swap_alone
         if step.alone_base is not None:
             fns["alone base"] = step.alone_base
         times = rounds(fns, count, budget_s)
-        zero = [0.0] * count
         row: dict[str, Any] = {
             "step": step.name,
             "swaps": step.swaps,
             "without": median(times["without"]),
+            "with": median(times["step"]),
+            "alone": difference(times["alone"], times.get("alone base", [0.0] * count)),
+            "diff": difference(times["step"], times["without"]),
         }
-        for name in LANES:
-            row[name] = {
-                "state": step.states[name],
-                "step": median(times[f"step {name}"]),
-                "alone": difference(times[f"alone {name}"], times.get("alone base", zero)),
-                "diff": difference(times[f"step {name}"], times["without"]),
-            }
         rows.append(row)
         print_step(row)
     return rows
 
 
 def print_step(row: dict[str, Any]) -> None:
+    print(f"\n{row['step']} ({row['swaps']} swap(s) a step)")
     print(
-        f"\n{row['step']} ({row['swaps']} swap(s) a step); without a swap: "
-        f"{row['without'] * 1e3:.3f} ms"
-    )
-    print(
-        f"  {'lane':<5}{'module':<9}{'step ms':>10}{'swap alone us':>15}{'share':>8}"
+        f"  {'without ms':>10}{'step ms':>10}{'swap alone us':>15}{'share':>8}"
         f"{'step-without us':>17}{'share':>8}"
     )
-    for name in LANES:
-        cell = row[name]
-        print(
-            f"  {name:<5}{cell['state']:<9}{cell['step'] * 1e3:>10.3f}"
-            f"{cell['alone'] * 1e6:>15.1f}{cell['alone'] / cell['step'] * 100:>7.2f}%"
-            f"{cell['diff'] * 1e6:>17.1f}{cell['diff'] / cell['step'] * 100:>7.2f}%"
-        )
+    print(
+        f"  {row['without'] * 1e3:>10.3f}{row['with'] * 1e3:>10.3f}"
+        f"{row['alone'] * 1e6:>15.1f}{row['alone'] / row['with'] * 100:>7.2f}%"
+        f"{row['diff'] * 1e6:>17.1f}{row['diff'] / row['with'] * 100:>7.2f}%"
+    )
 
 
 # ---------------------------------------------------------------------------- machinery
@@ -449,28 +397,24 @@ def machinery_rows(sizes: list[int], count: int, budget_s: float) -> list[dict[s
     rows = []
     for leaves in sizes:
         fns: dict[str, Fn] = {}
-        states: dict[str, str] = {}
         for peer in sorted(set(PEERS.values())):
             model = ParamsUnread(leaves)
             fns[peer] = machinery_fn(peer, model, parameters(model, "flat dict"), x)
         for api, container in CELLS:
-            for name in LANES:
-                model = ParamsUnread(leaves)
-                cell = f"{api} | {container} | {name}"
-                fns[cell] = machinery_fn(api, model, parameters(model, container), x)
-                states[cell] = warm(fns[cell], model, name)
+            model = ParamsUnread(leaves)
+            cell = f"{api} | {container}"
+            fns[cell] = machinery_fn(api, model, parameters(model, container), x)
+            warm(fns[cell])
         times = rounds(fns, count, budget_s)
         row: dict[str, Any] = {"leaves": leaves}
         for peer in set(PEERS.values()):
             row[peer] = median(times[peer])
         for api, container in CELLS:
-            for name in LANES:
-                cell = f"{api} | {container} | {name}"
-                row[cell] = {
-                    "state": states[cell],
-                    "us": median(times[cell]) * 1e6,
-                    "ratio": paired(times[cell], times[PEERS[api]]),
-                }
+            cell = f"{api} | {container}"
+            row[cell] = {
+                "us": median(times[cell]) * 1e6,
+                "ratio": paired(times[cell], times[PEERS[api]]),
+            }
         rows.append(row)
         print_machinery(row)
     return rows
@@ -480,16 +424,13 @@ def print_machinery(row: dict[str, Any]) -> None:
     print(f"\neager, {row['leaves']} leaves, Parameter values (median per swap + restore)")
     for peer in sorted(set(PEERS.values())):
         print(f"  {peer + ' | flat dict':<40}{row[peer] * 1e6:>10.1f} us")
-    print(
-        f"  {'':<34}{'on: module':>12}{'us':>9}{'ratio':>8}{'off: module':>13}{'us':>9}{'ratio':>8}"
-    )
+    print(f"  {'':<34}{'us':>10}{'ratio':>9}")
     for api, container in CELLS:
-        cells = [row[f"{api} | {container} | {name}"] for name in LANES]
-        line = f"  {api + ' | ' + container:<34}"
-        for cell in cells:
-            line += f"{cell['state']:>12}{cell['us']:>9.1f}{cell['ratio']:>7.3f}x"
-            line += " " if cell is cells[0] else ""
-        print(line + f"  (peer: {PEERS[api]})")
+        cell = row[f"{api} | {container}"]
+        print(
+            f"  {api + ' | ' + container:<34}{cell['us']:>10.1f}{cell['ratio']:>8.3f}x"
+            f"  (peer: {PEERS[api]})"
+        )
 
 
 # ---------------------------------------------------------------------------- main
