@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 
 import pytest
+import tensordict.base
 import torch
 from support import Counter, Net, Tied, assert_same_state, flat, state
 from tensordict import TensorDict
@@ -18,7 +19,7 @@ from torch import nn
 from torch._dynamo.exc import Unsupported
 
 import fcall
-from fcall import _express, _plan
+from fcall import _plan
 from fcall.testing import check_swap_parity
 
 BACKENDS = ["eager", "aot_eager"]
@@ -449,7 +450,7 @@ class Raising(Small):
 @pytest.mark.parametrize("api", ["to_module", "swap", "functional_call"])
 def test_exception_in_the_block_propagates_and_restores(api):
     m = Raising()
-    before = state(m)
+    before, weight = state(m), m.lin.weight
 
     def f(p, x):
         if api == "functional_call":
@@ -460,7 +461,14 @@ def test_exception_in_the_block_propagates_and_restores(api):
     fn = torch.compile(f, backend="eager", fullgraph=False)
     with pytest.raises(ValueError, match="stop in forward"):
         fn(fresh(m), torch.ones(2, 3))
-    assert_same_state(m, before)
+    if api == "to_module" and not hasattr(tensordict.base, "_UNDO_ON_ERROR_OPS"):
+        # tensordict 0.14: the TensorDict a compiled to_module returns exits as tensordict
+        # 0.14's own __exit__ does, undoing nothing on an exception (docs/versions.md)
+        assert m.lin.weight is not weight
+        m = Raising()
+        before = state(m)
+    else:
+        assert_same_state(m, before)
     torch._dynamo.reset()  # else the frame's cached fallback runs
     with pytest.raises(Unsupported, match="Observed exception"):
         torch.compile(f, backend="eager", fullgraph=True)(fresh(m), torch.ones(2, 3))
@@ -655,11 +663,9 @@ def test_swaps_outside_a_compiled_model_do_not_recompile(counter):
     assert cnt.frame_count == 1
 
 
-def test_the_eager_express_lane_beside_compiled_code(counter, monkeypatch):
-    # fcall/_express.py: eager swaps of a structure swapped often run generated code;
-    # a compiled model between them and a compiled swap of the same module see the
-    # same module state as with the generic path, and compile once.
-    monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
+def test_eager_swaps_with_cached_plans_beside_compiled_code(counter):
+    # eager swaps reuse their cached plans; a compiled model between them and a compiled
+    # swap of the same module see the module as it was, and compile once
     inner = Net().eval()
     cnt, cnt_swap = counter("aot_eager"), counter("aot_eager")
     model = torch.compile(inner, backend=cnt, fullgraph=True)
@@ -674,8 +680,7 @@ def test_the_eager_express_lane_beside_compiled_code(counter, monkeypatch):
             torch.testing.assert_close(model(x), reference(inner, p, x))
         torch.testing.assert_close(swap_and_call(inner, p, x), reference(inner, p, x))
         assert_same_state(inner, before)
-    assert _plan.current_express(model) is not None
-    assert _plan.current_express(inner) is not None
+    assert _plan._cached(model).plans and _plan._cached(inner).plans
     assert (cnt.frame_count, cnt_swap.frame_count) == (1, 1)
 
 
