@@ -19,7 +19,7 @@ A cell is ``api | container | kind``:
   (``nn.Parameter``), ``requires_grad`` (plain tensors that require grad).
 
 The model is ``nn.Sequential`` of ``Linear(4, 4)`` (two leaves per layer); every cell and
-every peer has a module of its own (fcall caches a plan, and an express, per module). The peer
+every peer has a module of its own (fcall caches a plan per module). The peer
 of a cell is torch.func with a flat dict of the same tensors:
 
 1. Eager swap + restore, the module's ``forward`` reading nothing (what is timed is the swap):
@@ -78,7 +78,6 @@ from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 from torch.nn.utils.stateless import _reparametrize_module
 
 import fcall
-from fcall import _express
 
 ROOT = Path(__file__).resolve().parent.parent
 APIS = ("swap", "to_module", "functional_call")
@@ -286,8 +285,7 @@ def eager_section(
             model = Chain(leaves, reads=False)
             params = container(kind_values(model, kind), container_name, kind, model)
             fns[name] = eager_swap(api, model, params, x)
-            warm = _express._OFFERS_BEFORE_BUILD + 1 if parse(name)[0] in APIS else 2
-            for _ in range(warm):  # fcall: the plan, and past 256 swaps its express (or not)
+            for _ in range(2):  # fcall: its cached plan
                 fns[name]()
         start = time.perf_counter()
         fns[cells[0]]()

@@ -189,7 +189,7 @@ def timed_rounds(
     ratios: dict[str, list[float]] = {name: [] for name in names}
     seconds: dict[str, list[float]] = {name: [] for name in names}
     for cell in cells.values():
-        for _ in range(warm):  # plans and express lanes (the 256th swap), compiles
+        for _ in range(warm):  # plans, compiles
             cell()
     for round_index in range(rounds):
         order = names if round_index % 2 == 0 else list(reversed(names))

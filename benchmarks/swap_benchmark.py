@@ -37,7 +37,6 @@ from torch import nn
 from torch.nn.utils.stateless import _reparametrize_module
 
 import fcall
-from fcall import _express
 
 ROOT = Path(__file__).resolve().parent.parent
 EAGER_PEERS = ["fcall.swap", "fcall.to_module", "tensordict", "torch.func", "floor"]
@@ -126,9 +125,7 @@ def eager_table(
         number = max(3, 20_000 // leaves)
         times: dict[str, list[float]] = {peer: [] for peer in swaps}
         for peer, fn in swaps.items():
-            # warm: fcall's plan, and past _OFFERS_BEFORE_BUILD swaps its express (the
-            # eager lane of a structure swapped often, fcall/_express.py)
-            for _ in range(_express._OFFERS_BEFORE_BUILD + 1 if peer in FCALL_APIS else 1):
+            for _ in range(2 if peer in FCALL_APIS else 1):  # warm: fcall's cached plan
                 fn()
         for round_ in range(rounds):
             for peer, fn in in_turn(swaps, round_):

@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from . import _distributed, _errors, _express, _flatten, _peer_to_module
+from . import _distributed, _errors, _flatten, _peer_to_module
 from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
@@ -168,10 +168,6 @@ def _to_module(
     non_blocking: bool,
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
-    if mode == PRESERVE and swap_dest is None:
-        swap = _express.try_swap(params, module, api, mode, tie_weights=False)
-        if swap is not None:
-            return _attached_old_values(swap, module) if return_swap else None
     plan, leaves = _resolve(
         params, module, api, tie_weights=False, strict=False, make_parameters=mode == PRESERVE
     )
@@ -188,8 +184,6 @@ def _to_module(
     swap = swap or prepare(plan, leaves, mode, api, non_blocking, defer=swap_dest is None)
     if swap.deferred:  # the old values are read while writing: the OldValues come after
         commit(swap)
-        if mode == PRESERVE:
-            _express.offer(module, plan, leaves)
         return _attached_old_values(swap, module) if return_swap else None
     # swap_dest is written first: a failure there leaves the module untouched
     out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
@@ -311,10 +305,6 @@ def _swap_in(
     params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
 ) -> tuple[Swap, _flatten.Leaves]:
     _check_module(module, api)
-    if tie_weights and not strict:  # the flags an express is built for
-        swapped = _express.try_swap(params, module, api, AS_IS, tie_weights=True)
-        if swapped is not None:
-            return swapped, swapped.leaves
     return _retried_if_stale(module, _swap_in_once, params, module, api, strict, tie_weights)
 
 
@@ -336,8 +326,6 @@ def _swap_in_once(
     swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)
     swapped = swapped or prepare(plan, leaves, AS_IS, api, False)
     commit(swapped)
-    if tie_weights and not strict:
-        _express.offer(module, plan, leaves)
     return swapped, leaves
 
 

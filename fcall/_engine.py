@@ -314,11 +314,7 @@ def restore(swap: Swap) -> list[Any]:
     if swap.targets is None and plan.traced:
         current, changed = _put_back_traced(plan.pairs, swap.old, swap.new)
     elif swap.targets is None:
-        express = plan.express  # fcall/_express.py: unrolled, if every slot is unchanged
-        if express and express.put_back(swap.old, swap.new):
-            current = swap.new
-        else:
-            current, changed = _put_back(plan.pairs, swap.old, swap.new)
+        current, changed = _put_back(plan.pairs, swap.old, swap.new)
     else:
         current = [target.get(name, GONE) for target, (_, name) in zip(swap.targets, plan.pairs)]
         for (slot, name), target, old in zip(

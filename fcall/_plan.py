@@ -30,10 +30,9 @@ from ._flatten import Key, Leaves
 from ._ties import TieWatch
 
 _MAX_PLANS_PER_MODULE = 16
-# Per module, by id: [a weak reference to it, its plans by key structure, the express
-# of its last generic swap or None, (key, plan) of its last generic swap]. Not a
-# WeakKeyDictionary: its get() is Python code, about a tenth of a small swap.
-_CACHE: dict[int, list] = {}
+# Per module, by id: its _Cached plans. Not a WeakKeyDictionary: its get() is Python code,
+# about a tenth of a small swap.
+_CACHE: dict[int, _Cached] = {}
 
 # (slot dict, name, index of the value in the params leaves, owner.__dict__, kind)
 # The owner's __dict__ rather than the owner: a plan must not keep its module alive
@@ -52,14 +51,12 @@ class Plan:
         "direct",
         "distributed",
         "entries",
-        "express",
         "given",
         "has_attributes",
         "layout",
         "may_repeat_slots",
         "names",
         "names_are_keys",
-        "offers",
         "pairs",
         "parameter_leaves",
         "preserved",
@@ -81,7 +78,7 @@ class Plan:
         self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
         self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
-        self.tie_weights = True  # built to follow ties (an express serves only the same)
+        self.tie_weights = True  # built to follow ties (swap, functional_call) or not
         # Derived once by finish(), for the hot loops:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         # leaf indexes of the parameter entries; None: every entry is a parameter
@@ -109,8 +106,6 @@ class Plan:
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
         self.traced = False  # built while Dynamo traces: used in that trace only, never cached
-        self.offers = 0  # eager uses so far, until the express is built (fcall/_express.py)
-        self.express: Any = None  # its Express, False if it gets none, None if not yet built
 
     def finish(self, cached: bool = True, strict: bool = True) -> Plan:
         """Derive what the hot loops read, and, if the plan is ``cached``, what
@@ -154,7 +149,7 @@ class Plan:
         path's value goes in, as tensordict's ``to_module`` visits a module once. The
         later entries take the first one's leaf and are marked ``repeated``; they are
         written and restored as plain entries (``has_attributes`` routes them off the
-        deferred loop, the dict copies and the express)."""
+        deferred loop and the dict copies)."""
         first: dict[tuple[int, str], int] = {}
         repeated = []
         for index in range(len(self.entries)):
@@ -217,38 +212,36 @@ _NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "c
 UNWATCHED: dict = {}  # in a row of Plan.checks, the buffers of a module not watched
 
 
-def current_express(module: nn.Module) -> Any:
-    """The express the last generic swap of ``module`` left (fcall/_express.py), or ``None``."""
-    found = _CACHE.get(id(module))
-    if found is not None and found[0]() is module:
-        return found[2]
-    return None
-
-
-def set_express(module: nn.Module, express: Any) -> None:
-    found = _CACHE.get(id(module))
-    if found is not None and found[0]() is module:
-        found[2] = express
-
-
 def forget(module: nn.Module) -> None:
     """Drop the cached plans of ``module`` (one of them was stale)."""
     _CACHE.pop(id(module), None)
 
 
-def _cached(module: nn.Module) -> list:
-    """The cache entry of ``module``: [a weak reference to it, its plans, its express,
-    the (key, plan) of its last swap]."""
+class _Cached:
+    """The plans of one module: by key structure, and the last one used."""
+
+    __slots__ = ("last_plan", "last_signature", "module", "plans")
+
+    def __init__(self, module: weakref.ref) -> None:
+        self.module = module  # a weak reference: the cache must not keep the module alive
+        self.plans: dict[Any, Plan] = {}
+        self.last_signature: Any = None
+        self.last_plan: Plan | None = None
+
+
+def _cached(module: nn.Module) -> _Cached:
+    """The cache entry of ``module``, made on first use."""
     key = id(module)
     found = _CACHE.get(key)
-    if found is not None and found[0]() is module:
+    if found is not None and found.module() is module:
         return found
 
     def drop(ref: weakref.ref) -> None:  # the module is gone: so are its plans
-        if _CACHE.get(key, (None,))[0] is ref:
+        entry = _CACHE.get(key)
+        if entry is not None and entry.module is ref:
             del _CACHE[key]
 
-    found = _CACHE[key] = [weakref.ref(module, drop), {}, None, (None, None)]
+    found = _CACHE[key] = _Cached(weakref.ref(module, drop))
     return found
 
 
@@ -273,18 +266,18 @@ def plan_for(
     built in the trace and never cached, see fcall/_traced.py)."""
     signature = (leaves.signature, tie_weights, strict)
     cached = _cached(module)
-    per_module = cached[1]
     # The last swap's key first: equal tuples of the same names compare by identity,
     # where hashing reads every name (a cache miss each, in a cold swap of a big tree).
-    last = cached[3]
-    plan = last[1] if last[0] == signature else per_module.get(signature)
+    if cached.last_signature == signature:
+        plan = cached.last_plan
+    else:
+        plan = cached.plans.get(signature)
     if plan is None or not plan.is_current():
         plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
-        if len(per_module) >= _MAX_PLANS_PER_MODULE:
-            per_module.pop(next(iter(per_module)))
-        per_module[signature] = plan
-    if plan is not last[1]:
-        cached[3] = (signature, plan)
+        if len(cached.plans) >= _MAX_PLANS_PER_MODULE:
+            cached.plans.pop(next(iter(cached.plans)))
+        cached.plans[signature] = plan
+    cached.last_signature, cached.last_plan = signature, plan
     return plan
 
 

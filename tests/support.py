@@ -1,5 +1,5 @@
 """Shared by tests/ and compile_tests/: small modules, key helpers, what "the
-module is exactly as before" means, and the ``swap_lane`` fixture.
+module is exactly as before" means.
 
 ``state`` records every tensor slot of every submodule: the very objects, the dict
 that holds them (parameter / buffer / plain attribute) and its order, their
@@ -8,26 +8,9 @@ that holds them (parameter / buffer / plain attribute) and its order, their
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
-
-from fcall import _express
-
-
-@pytest.fixture(params=["generic", "express"])
-def swap_lane(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """Runs a test twice: as fcall runs by default (a test swaps a structure a few
-    times, so every swap takes the generic path), and with the express lane built at
-    a plan's first use (``fcall/_express.py``), so that later swaps of that structure
-    run the generated code. Eager test modules import it and apply it to all their
-    tests with ``pytestmark = pytest.mark.usefixtures("swap_lane")``."""
-    if request.param == "express":
-        monkeypatch.setattr(_express, "_OFFERS_BEFORE_BUILD", 1)
-    yield request.param
 
 
 class Net(nn.Module):

@@ -2,8 +2,7 @@
 
 Each test builds the case with the peer (``torch.func.functional_call`` or tensordict's
 ``to_module``) where one defines the behaviour, and checks the module exactly
-(``support.state``) after every error path. Every test also runs with the express lane
-built at a plan's first use (``support.swap_lane``).
+(``support.state``) after every error path.
 """
 
 from __future__ import annotations
@@ -13,14 +12,12 @@ import re
 import pytest
 import tensordict
 import torch
-from support import Tied, Untied, assert_same_state, state, swap_lane  # noqa: F401
+from support import Tied, Untied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 from torch.nn.utils import parametrize
 
 import fcall
-
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 UNCHANGED = "The module was left unchanged."
 
@@ -46,7 +43,7 @@ def test_the_tuple_of_dicts_form_matches_torch_func(container):
     ours_buffers = {k: v.clone() for k, v in buffers.items()}
     x = torch.randn(5, 3)
     before = state(m)
-    for _ in range(3):  # the express lane too
+    for _ in range(3):
         y = fcall.functional_call(m, container((params, ours_buffers)), (x,))
         expected = torch.func.functional_call(peer, container((params, buffers)), (x,))
         torch.testing.assert_close(y, expected)
@@ -151,7 +148,7 @@ def test_weights_tied_after_a_first_swap_take_the_tied_result(api):
         with swap(TensorDict({"emb": {"weight": w}}), module):
             return module(idx)
 
-    for _ in range(3):  # the plan is cached (and, on the express lane, its express built)
+    for _ in range(3):  # the plan is cached
         torch.testing.assert_close(run(m), torch.func.functional_call(m, {"emb.weight": w}, idx))
     m.head.weight = m.emb.weight  # tied now
     before = state(m)
@@ -193,7 +190,7 @@ def test_a_slot_deleted_in_the_block_is_restored(api, name):
     m = with_buffer()
     values = {k: v for k, v in fcall.from_module(m).items()}
     params = swapped_in(m)
-    for _ in range(3):  # warm the plan (and the express)
+    for _ in range(3):  # warm the plan
         fcall.functional_call(m, params, (torch.ones(2),))
 
     def forward_deleting(x):

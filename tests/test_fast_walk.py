@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import assert_same_state, state, swap_lane  # noqa: F401  (swap_lane: a fixture)
+from support import assert_same_state, state
 from torch import nn
 
 import fcall
 from fcall import _flatten
-
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 
 def model() -> nn.Module:

@@ -6,15 +6,11 @@ import copy
 
 import pytest
 import torch
-from support import swap_lane  # noqa: F401  (a fixture, used by pytestmark)
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 from torch.nn.parameter import Buffer
 
 from fcall import TensorDictParams
-
-# every test also runs with the express lane on (support.swap_lane)
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 
 def _names(m, kind="parameters"):

@@ -8,7 +8,6 @@ import pytest
 import torch
 from support import (
     flat,
-    swap_lane,  # noqa: F401  (a fixture, used by pytestmark)
 )
 from tensordict import TensorDict
 from torch import nn
@@ -17,9 +16,6 @@ import fcall
 from fcall import _plan
 from fcall._flatten import OldValues
 
-# every test also runs with the express lane on (support.swap_lane)
-pytestmark = pytest.mark.usefixtures("swap_lane")
-
 
 def _params(module: nn.Module, fill: float) -> TensorDict:
     return fcall.from_module(module).detach().clone().apply(lambda t: t.fill_(fill))
@@ -27,7 +23,7 @@ def _params(module: nn.Module, fill: float) -> TensorDict:
 
 def _cached_plans(module: nn.Module) -> dict:
     found = _plan._CACHE.get(id(module))
-    return found[1] if found is not None and found[0]() is module else {}
+    return found.plans if found is not None and found.module() is module else {}
 
 
 def test_a_plan_is_cached_per_key_structure_and_reused():

@@ -8,12 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import assert_same_state, state, swap_lane  # noqa: F401  (swap_lane: a fixture)
+from support import assert_same_state, state
 from torch import nn
 
 import fcall
-
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 
 def plain_values(m: nn.Module) -> dict[str, torch.Tensor]:
@@ -26,7 +24,7 @@ def test_each_block_gets_new_parameters_that_alias_the_values():
     before = state(m)
     values = plain_values(m)
     seen = []
-    for _ in range(3):  # the express lane takes over after the first swap (swap_lane)
+    for _ in range(3):
         with fcall.to_module(values, m):
             assert type(m.weight) is nn.Parameter and m.weight.requires_grad
             assert type(m.bias) is nn.Parameter and not m.bias.requires_grad

@@ -63,11 +63,11 @@ def test_a_layer_slicing_forward_keeps_the_cached_plan():
     x = torch.randn(2, 4)
     with fcall.swap(p, m):
         m(x)
-    (plan,) = _plan._cached(m)[1].values()
+    (plan,) = _plan._cached(m).plans.values()
     expected = torch.func.functional_call(m, dict(p.flatten_keys(".")), x)
     for _ in range(3):
         m(x)  # registers every layer into a new ModuleList
         with fcall.swap(p, m):
             torch.testing.assert_close(m(x), expected)
-        assert list(_plan._cached(m)[1].values()) == [plan]
+        assert list(_plan._cached(m).plans.values()) == [plan]
         assert plan.is_current()

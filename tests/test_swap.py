@@ -14,15 +14,11 @@ from support import (
     flat,
     key,
     state,
-    swap_lane,  # noqa: F401  (a fixture, used by pytestmark)
 )
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
-
-# every test also runs with the express lane on (support.swap_lane)
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 # --- from_module ---------------------------------------------------------------------------
 

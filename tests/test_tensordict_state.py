@@ -14,14 +14,11 @@ import torch
 from support import (
     assert_same_state,
     state,
-    swap_lane,  # noqa: F401  (a fixture, used by pytestmark)
 )
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
-
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 
 def model() -> nn.Module:
@@ -47,7 +44,7 @@ def test_params_with_tensordict_state_swap_in_and_restore_exactly(kind, preserve
     before = state(m)
     p, x = with_state(m, kind), torch.randn(2, 3)
     expected = torch.func.functional_call(m, dict(p.flatten_keys(".")), x)
-    for _ in range(3):  # generic and express lanes alike
+    for _ in range(3):
         with fcall.to_module(p, m, preserve_module_state=preserve):
             torch.testing.assert_close(m(x), expected)
         assert_same_state(m, before)

@@ -9,15 +9,11 @@ from support import (
     Tied,
     assert_same_state,
     state,
-    swap_lane,  # noqa: F401  (a fixture, used by pytestmark)
 )
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
-
-# every test also runs with the express lane on (support.swap_lane)
-pytestmark = pytest.mark.usefixtures("swap_lane")
 
 
 class Net(nn.Module):

@@ -14,12 +14,9 @@ import torch
 pytest.importorskip("torchrl", reason="torchrl is not installed (the torchrl nox stack has it)")
 
 import torchrl_losses as trl
-from support import swap_lane  # noqa: F401  (a fixture, used by pytestmark)
 from tensordict.nn import TensorDictParams
 
 pytestmark = [
-    # every test also runs with the express lane on (support.swap_lane)
-    pytest.mark.usefixtures("swap_lane"),
     *(pytest.mark.filterwarnings(w) for w in trl.FILTERWARNINGS),
 ]
 
