@@ -38,8 +38,9 @@ import torch
 from torch import nn
 
 from . import _errors
-from ._engine import INPLACE, Swap, read_slots, tracks_gradients
+from ._engine import INPLACE, Swap, read_slots
 from ._plan import Plan, unwrap
+from ._slot_values import tracks_gradients
 
 SHARDED = "sharded"
 
@@ -68,14 +69,22 @@ def prepare(
     return None
 
 
-def commit(swap: Swap) -> None:
-    _reshard(swap.orders)
-    _copy(cast("list[Any]", swap.targets), swap.new, swap.non_blocking)  # set by prepare
+class _Sharded:
+    """The ``Strategy`` of a swap into an FSDP2 tree: values are copied into the module's
+    own sharded parameters, and the copies of the old ones back."""
+
+    @staticmethod
+    def commit(swap: Swap) -> None:
+        _reshard(swap.orders)
+        _copy(cast("list[Any]", swap.targets), swap.new, swap.non_blocking)  # set by prepare
+
+    @staticmethod
+    def restore(swap: Swap) -> None:
+        _reshard(swap.orders)
+        _copy(cast("list[Any]", swap.targets), swap.old, swap.non_blocking)  # set by prepare
 
 
-def restore(swap: Swap) -> None:
-    _reshard(swap.orders)
-    _copy(cast("list[Any]", swap.targets), swap.old, swap.non_blocking)  # set by prepare
+SHARDED_STRATEGY = _Sharded()
 
 
 def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
@@ -104,6 +113,7 @@ def _prepare_sharded(
     fsdp_modules = [m for m in root.modules() if isinstance(m, FSDPModule)]
     _reshard(fsdp_modules)
     swap = Swap(plan, SHARDED, leaves, non_blocking)
+    swap.strategy = SHARDED_STRATEGY
     swap.orders = fsdp_modules
     swap.targets = []
     root_name = type(root).__name__

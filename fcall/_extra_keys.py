@@ -24,7 +24,8 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from . import _errors, _flatten
-from ._plan import _all_named_tensors, _names_and_ties_of, _strip, owner_at, slot_of, unwrap
+from ._plan import _strip, owner_at, slot_of, unwrap
+from ._ties import all_named_tensors, names_and_ties
 
 _MISSING = object()
 
@@ -109,7 +110,7 @@ def check_extras(module: nn.Module, extras: list[Extra]) -> None:
 def strict_error(module: nn.Module, found: Split, tie_weights: bool, api: str) -> RuntimeError:
     """``strict=True`` with unexpected keys: torch's message, and fcall's detail."""
     root, _ = unwrap(module)
-    names, tied = _names_and_ties_of(_all_named_tensors(root))
+    names, tied = names_and_ties(all_named_tensors(root))
     given = set(found.given)
     if tie_weights:
         for group in tied:

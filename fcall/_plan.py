@@ -27,7 +27,7 @@ from torch import nn
 
 from . import _errors
 from ._flatten import Key, Leaves
-from ._ties import TieWatch
+from ._ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: its _Cached plans. Not a WeakKeyDictionary: its get() is Python code,
@@ -322,9 +322,9 @@ def complete(
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
         if torch.compiler.is_compiling():  # finish() must find a slot two entries name
-            plan.may_repeat_slots = _has_shared_submodule(root, [])
+            plan.may_repeat_slots = has_shared_submodule(root, [])
         return
-    names, tied = _names_and_ties_of(_all_named_tensors(root))
+    names, tied = names_and_ties(all_named_tensors(root))
     if tied:  # traced, finish() must still find a slot that two entries name
         plan.may_repeat_slots = True
     if tie_weights:
@@ -335,25 +335,6 @@ def complete(
         missing = sorted(set(names) - set(plan.names))
         if missing:
             raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
-
-
-def _has_shared_submodule(module: nn.Module, seen: list[nn.Module]) -> bool:
-    """Whether a submodule of ``module`` is at two paths (``m[1] = m[0]``), by identity of
-    the modules only: no tensor of the tree is read (traced, each would be guarded)."""
-    seen.append(module)
-    for child in module._modules.values():
-        if child is None:
-            continue
-        if any(child is other for other in seen) or _has_shared_submodule(child, seen):
-            return True
-    return False
-
-
-def _names_and_ties_of(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
-    names_of: dict[torch.Tensor, list[str]] = {}
-    for name, tensor in named.items():
-        names_of.setdefault(tensor, []).append(name)
-    return tuple(named), tuple(tuple(group) for group in names_of.values() if len(group) > 1)
 
 
 def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
@@ -426,35 +407,7 @@ def owner_at(root: nn.Module, path: Sequence[str]) -> nn.Module | None:
 
 
 def _unknown(api: str, key: Key, root: nn.Module, module: nn.Module) -> str:
-    return _errors.unknown_key(api, key, type(root).__name__, list(_all_named_tensors(root)))
-
-
-def _all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor]:
-    """``named_parameters(remove_duplicate=False)`` then ``named_buffers(...)``, in one
-    walk without generators: Dynamo traces this on every compile."""
-    parameters: dict[str, torch.Tensor] = {}
-    buffers: dict[str, torch.Tensor] = {}
-    _collect(root, "", parameters, buffers, [])
-    parameters.update(buffers)
-    return parameters
-
-
-def _collect(
-    module: nn.Module, prefix: str, parameters: dict, buffers: dict, ancestors: list
-) -> None:
-    for name, value in module._parameters.items():
-        if value is not None:
-            parameters[prefix + name] = value
-    for name, buffer in module._buffers.items():
-        if buffer is not None:
-            buffers[prefix + name] = buffer
-    ancestors.append(module)
-    for name, child in module._modules.items():
-        # A child that is its own ancestor (a reference cycle, `m[0].m = m`) is not walked
-        # again: its names are already collected under the shorter path.
-        if child is not None and not any(child is a for a in ancestors):
-            _collect(child, prefix + name + ".", parameters, buffers, ancestors)
-    ancestors.pop()
+    return _errors.unknown_key(api, key, type(root).__name__, list(all_named_tensors(root)))
 
 
 def _add_tied_aliases(

@@ -1,4 +1,5 @@
-"""How a cached eager plan sees a tie made after it was built, with no hook anywhere.
+"""Ties: which names of a module hold one tensor, and how a cached eager plan sees a tie
+made after it was built, with no hook anywhere.
 
 A plan built with ``tie_weights=True`` (or ``strict=True``) knows which names of the
 module hold one tensor *when it was built*. A tie made later (``m.head.weight =
@@ -23,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from operator import is_
 
+import torch
 from torch import nn
 
 
@@ -54,3 +56,52 @@ class TieWatch:
         return list(map(len, self.sized)) == self.sizes and all(
             map(is_, map(dict.get, self.dicts, self.names), self.values)
         )
+
+
+def all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor]:
+    """``named_parameters(remove_duplicate=False)`` then ``named_buffers(...)``, in one
+    walk without generators: Dynamo traces this on every compile."""
+    parameters: dict[str, torch.Tensor] = {}
+    buffers: dict[str, torch.Tensor] = {}
+    _collect(root, "", parameters, buffers, [])
+    parameters.update(buffers)
+    return parameters
+
+
+def _collect(
+    module: nn.Module, prefix: str, parameters: dict, buffers: dict, ancestors: list
+) -> None:
+    for name, value in module._parameters.items():
+        if value is not None:
+            parameters[prefix + name] = value
+    for name, buffer in module._buffers.items():
+        if buffer is not None:
+            buffers[prefix + name] = buffer
+    ancestors.append(module)
+    for name, child in module._modules.items():
+        # A child that is its own ancestor (a reference cycle, `m[0].m = m`) is not walked
+        # again: its names are already collected under the shorter path.
+        if child is not None and not any(child is a for a in ancestors):
+            _collect(child, prefix + name + ".", parameters, buffers, ancestors)
+    ancestors.pop()
+
+
+def names_and_ties(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """Every name of ``named`` (``all_named_tensors``), and the groups of names that hold
+    one tensor."""
+    names_of: dict[torch.Tensor, list[str]] = {}
+    for name, tensor in named.items():
+        names_of.setdefault(tensor, []).append(name)
+    return tuple(named), tuple(tuple(group) for group in names_of.values() if len(group) > 1)
+
+
+def has_shared_submodule(module: nn.Module, seen: list[nn.Module]) -> bool:
+    """Whether a submodule of ``module`` is at two paths (``m[1] = m[0]``), by identity of
+    the modules only: no tensor of the tree is read (traced, each would be guarded)."""
+    seen.append(module)
+    for child in module._modules.values():
+        if child is None:
+            continue
+        if any(child is other for other in seen) or has_shared_submodule(child, seen):
+            return True
+    return False

@@ -25,9 +25,9 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from ._engine import TRACEABLE_PARAMETER, preserved_value
 from ._flatten import Leaves, items_of, wrapped
 from ._plan import Plan, complete, slot_of, unwrap
+from ._slot_values import TRACEABLE_PARAMETER, preserved_value
 
 
 def plan_while_tracing(
