@@ -5,14 +5,16 @@ A plan built with ``tie_weights=True`` (or ``strict=True``) knows which names of
 module hold one tensor *when it was built*. A tie made later (``m.head.weight =
 m.emb.weight``, ``m[1] = m[0]``, a new parameter registered anywhere in the tree) changes
 an object in a parameter or submodule slot, or the size of a slot dict. ``TieWatch``
-keeps, for the plan, every such slot that the swap itself does not write (the given keys
-and their tied aliases are written and restored by the swap, so their objects are checked
-by the swap's own reads), and ``unchanged()`` compares them by identity in one C-level pass
-before each reuse of the plan: a change rebuilds the plan, which then sees the tie.
+keeps, for the plan, every such slot that the swap itself does not write, and
+``unchanged()`` compares them by identity in one C-level pass before each reuse of the
+plan: a change rebuilds the plan, which then sees the tie. The slots the plan writes (the
+given keys and their aliases) are left out: between nested swaps they hold another swap's
+values, and watching them would rebuild the plan of every nested swap.
 
-Buffers are left out: a forward that reassigns a buffer (``self.count = self.count + 1``)
-would make every plan stale on every call. A tie of two buffers made after a first swap is
-therefore not seen in eager (``docs/behaviour.md``).
+Not seen in eager, then: a tie made later between two names that are *both* given (each
+gets its own value, where torch.func would ask for one value for both), and a tie of two
+buffers (a forward that reassigns a buffer, ``self.count = self.count + 1``, would make
+every plan stale on every call; ``docs/behaviour.md``).
 
 Under Dynamo no plan is cached: the trace walks the module's tensors for their ties, as
 ``torch.func.functional_call`` does, and nothing is recorded anywhere. fcall registers no
