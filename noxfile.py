@@ -41,12 +41,14 @@ def tests(session: nox.Session, stack: str) -> None:
     constraints, extras, from_index = STACKS[stack]
     env = {"PIP_CONFIG_FILE": "/dev/null"} if from_index else {}
     package = ".[test,zoo]" if stack in ZOO_STACKS else ".[test]"
-    session.install("-q", "-c", constraints, "-e", package, *extras, env=env)
+    # pytest-xdist: the stacks after the default one spread their tests over the machine's
+    # cores (`-n auto`; every test is independent of the others, each worker a process)
+    session.install("-q", "-c", constraints, "-e", package, *extras, "pytest-xdist", env=env)
     session.run(
         "python", "-c", "import torch, tensordict; print(torch.__version__, tensordict.__version__)"
     )
-    session.run("python", "-m", "pytest", "-q", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", "-n", "auto", *session.posargs)
     if "torchrl" in extras and not session.posargs:
         # TorchRL's own objectives tests on stock tensordict, beside the routed run above
         suite = "conformance/torchrl_suite"
-        session.run("python", "-m", "pytest", "-q", suite, "--against", "peer")
+        session.run("python", "-m", "pytest", "-q", "-n", "auto", suite, "--against", "peer")
