@@ -28,6 +28,8 @@ STACKS = {
 # The stacks that also install the zoo extra (tests/test_zoo.py: transformers and timm, whose
 # torchvision loads beside torch 2.14.1, not beside the default stack's CPU torch 2.13.0).
 ZOO_STACKS = ("torch2.14.1-td0.15.3",)
+# The stacks whose suite runs over every core (pytest-xdist; see tests() for why not all).
+PARALLEL_STACKS = ("torch2.14.1-td0.15.3", "torch2.15.0-td0.15.3")
 # The stacks .ci/run adds after the default one (`nox -t ci`); the others run by hand.
 CI_STACKS = ("torch2.14.1-td0.15.3", "torch2.13.0-td0.14.3-torchrl0.14.1")
 
@@ -41,14 +43,18 @@ def tests(session: nox.Session, stack: str) -> None:
     constraints, extras, from_index = STACKS[stack]
     env = {"PIP_CONFIG_FILE": "/dev/null"} if from_index else {}
     package = ".[test,zoo]" if stack in ZOO_STACKS else ".[test]"
-    # pytest-xdist: the stacks after the default one spread their tests over the machine's
-    # cores (`-n auto`; every test is independent of the others, each worker a process)
+    # pytest-xdist spreads a stack's tests over the machine's cores (`-n auto`), where the
+    # tests do not depend on the order they run in. Not on tensordict 0.14: it memoizes per
+    # class whether a class is a tensorclass (utils._TENSORCLASS_MEMO) and Dynamo guards the
+    # memo's size, so two compile tests recompile when a worker has not run the tests that
+    # filled it before them.
+    parallel = ("-n", "auto") if stack in PARALLEL_STACKS else ()
     session.install("-q", "-c", constraints, "-e", package, *extras, "pytest-xdist", env=env)
     session.run(
         "python", "-c", "import torch, tensordict; print(torch.__version__, tensordict.__version__)"
     )
-    session.run("python", "-m", "pytest", "-q", "-n", "auto", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", *parallel, *session.posargs)
     if "torchrl" in extras and not session.posargs:
         # TorchRL's own objectives tests on stock tensordict, beside the routed run above
         suite = "conformance/torchrl_suite"
-        session.run("python", "-m", "pytest", "-q", "-n", "auto", suite, "--against", "peer")
+        session.run("python", "-m", "pytest", "-q", suite, "--against", "peer")
