@@ -322,7 +322,7 @@ def complete(
     """Add the tied aliases of the given entries, and check ``strict``."""
     if not (tie_weights or strict):
         if torch.compiler.is_compiling():  # finish() must find a slot two entries name
-            plan.may_repeat_slots = has_shared_submodule(root, [])
+            plan.may_repeat_slots = has_shared_submodule(root, set())
         return
     names, tied = names_and_ties(all_named_tensors(root))
     if tied:  # traced, finish() must still find a slot that two entries name

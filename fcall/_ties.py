@@ -97,13 +97,15 @@ def names_and_ties(named: dict) -> tuple[tuple[str, ...], tuple[tuple[str, ...],
     return tuple(named), tuple(tuple(group) for group in names_of.values() if len(group) > 1)
 
 
-def has_shared_submodule(module: nn.Module, seen: list[nn.Module]) -> bool:
+def has_shared_submodule(module: nn.Module, seen: set[nn.Module]) -> bool:
     """Whether a submodule of ``module`` is at two paths (``m[1] = m[0]``), by identity of
-    the modules only: no tensor of the tree is read (traced, each would be guarded)."""
-    seen.append(module)
+    the modules only: no tensor of the tree is read (traced, each would be guarded). A set,
+    as ``nn.Module.named_modules`` keeps its memo: traced, membership is by the object, with
+    no guard on its id, and the walk stays linear in the modules."""
+    seen.add(module)
     for child in module._modules.values():
         if child is None:
             continue
-        if any(child is other for other in seen) or has_shared_submodule(child, seen):
+        if child in seen or has_shared_submodule(child, seen):
             return True
     return False
