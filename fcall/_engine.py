@@ -32,8 +32,8 @@ from . import _errors
 from ._flatten import Leaves
 from ._plan import Plan, StalePlan
 from ._slot_values import (
-    _parameter_for_a_buffer,
-    _parameters_track_gradients,
+    parameter_for_a_buffer,
+    parameters_track_gradients,
     preserved,
     registered_values,
 )
@@ -190,8 +190,8 @@ def _write_reading_old(swap: Swap) -> None:
     (``fcall/README.md``, where the code bends to Dynamo)."""
     try:
         if swap.mode == AS_IS or (
-            _parameters_track_gradients(swap.plan, swap.new)
-            and not _parameter_for_a_buffer(swap.plan, swap.new)
+            parameters_track_gradients(swap.plan, swap.new)
+            and not parameter_for_a_buffer(swap.plan, swap.new)
         ):
             old = swap.old
             for (slot, name), value in zip(swap.plan.pairs, swap.new):

@@ -65,7 +65,6 @@ class Plan:
         "root_dicts",
         "tie_groups",
         "tie_sources",
-        "tie_weights",
         "traced",
         "watch",
     )
@@ -78,7 +77,6 @@ class Plan:
         self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
         self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
-        self.tie_weights = True  # built to follow ties (swap, functional_call) or not
         # Derived once by finish(), for the hot loops:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         # leaf indexes of the parameter entries; None: every entry is a parameter
@@ -291,7 +289,6 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
         # compiled alike) when the module has no submodule of that name.
         prefixes.append("_orig_mod")
     plan = Plan()
-    plan.tie_weights = tie_weights
     seen_chain: set[Key] = set()
     seen_owner: set[Key] = set()
     for index in range(len(keys)):

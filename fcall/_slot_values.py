@@ -29,7 +29,7 @@ _make_subclass = torch.Tensor._make_subclass
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
-def _parameters_track_gradients(plan: Plan, values: list[Any]) -> bool:
+def parameters_track_gradients(plan: Plan, values: list[Any]) -> bool:
     """Whether every value bound for a parameter slot requires grad (PRESERVE then puts
     each value in as it is): one pass in C instead of a check per leaf in the loop."""
     indexes = plan.parameter_leaves
@@ -41,7 +41,7 @@ def _parameters_track_gradients(plan: Plan, values: list[Any]) -> bool:
         return False
 
 
-def _parameter_for_a_buffer(plan: Plan, values: list[Any]) -> bool:
+def parameter_for_a_buffer(plan: Plan, values: list[Any]) -> bool:
     """Whether some value bound for a buffer slot is a Parameter (PRESERVE registers it
     as a buffer, as tensordict does)."""
     indexes = plan.buffer_leaves
@@ -94,7 +94,7 @@ def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
     indexes = plan.parameter_leaves  # None: every entry is a parameter slot
     if indexes is None:
         bound, held = values, old
-    elif not indexes or _parameter_for_a_buffer(plan, values):
+    elif not indexes or parameter_for_a_buffer(plan, values):
         return None
     else:
         bound, held = list(map(values.__getitem__, indexes)), list(map(old.__getitem__, indexes))
