@@ -19,7 +19,7 @@ from torch import nn
 from torch._dynamo.exc import Unsupported
 
 import fcall
-from fcall import _plan
+from fcall import _plan_cache
 from fcall.testing import check_swap_parity
 
 BACKENDS = ["eager", "aot_eager"]
@@ -680,7 +680,7 @@ def test_eager_swaps_with_cached_plans_beside_compiled_code(counter):
             torch.testing.assert_close(model(x), reference(inner, p, x))
         torch.testing.assert_close(swap_and_call(inner, p, x), reference(inner, p, x))
         assert_same_state(inner, before)
-    assert _plan._cached(model).plans and _plan._cached(inner).plans
+    assert _plan_cache._cached(model).plans and _plan_cache._cached(inner).plans
     assert (cnt.frame_count, cnt_swap.frame_count) == (1, 1)
 
 

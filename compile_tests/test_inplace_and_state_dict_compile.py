@@ -3,7 +3,7 @@ pre-hook that computes a new value (issue 15, points 10 and 11). Eager twins:
 tests/test_inplace_and_state_dict.py.
 
 inplace=True: with grad mode on and parameters that require grad, the copies in and back
-run outside the graph (``fcall/_engine.py``, ``_copy_eagerly``). In one graph torch cannot
+run outside the graph (``fcall/_inplace.py``, ``_copy_eagerly``). In one graph torch cannot
 do it: AOTAutograd raises while compiling, and hiding the copy from autograd's version
 counters gives wrong gradients (``test_one_graph_would_give_wrong_gradients``).
 """
@@ -113,12 +113,12 @@ def test_one_graph_would_give_wrong_gradients(monkeypatch):
 
     def hidden_copy(plan, values, non_blocking):
         with torch.no_grad():
-            for (slot, name, _, _, _), value in zip(plan.entries, values):
+            for (slot, name), value in zip(plan.pairs, values):
                 target = slot[name]
                 with torch.autograd._unsafe_preserve_version_counter(target):
                     target.copy_(value)
 
-    monkeypatch.setattr(_engine, "_copy_inplace", hidden_copy)
+    monkeypatch.setattr(_engine, "copy_inplace", hidden_copy)
     m, x = mlp(), torch.randn(5, 3, requires_grad=True)
     p = doubled(m)
     expected = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))

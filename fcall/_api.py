@@ -11,10 +11,12 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from . import _distributed, _errors, _flatten, _peer_to_module
-from ._compat import register_exit_op
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
-from ._plan import Plan, StalePlan, build, forget, plan_for
+from ._kinds import Mode
+from ._plan import Plan, StalePlan, build
+from ._plan_cache import forget, plan_for
+from ._tensordict_module import into_tensordict_module
 from ._traced import plan_while_tracing
 
 Params = TensorDictBase | Mapping[str, Any]
@@ -137,7 +139,7 @@ def to_module(
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
     if isinstance(module, TensorDictBase):  # a TensorDictParams: its TensorDict is replaced
-        return _into_tensordict_module(params, module, return_swap, api)
+        return into_tensordict_module(params, module, return_swap, api)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
     try:
         return _retried_if_stale(
@@ -162,16 +164,16 @@ def to_module(
 def _to_module(
     params: Params,
     module: nn.Module,
-    mode: str,
+    mode: Mode,
     return_swap: bool,
     swap_dest: TensorDictBase | None,
     non_blocking: bool,
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
     plan, leaves = _resolve(
-        params, module, api, tie_weights=False, strict=False, make_parameters=mode == PRESERVE
+        params, module, api, tie_weights=False, strict=False, make_parameters=mode is PRESERVE
     )
-    if mode != INPLACE and swap_dest is None:
+    if mode is not INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, plan, leaves)
         if undone is not None:  # to_module(old, module): put everything back in its place
             current = restore(undone)
@@ -191,45 +193,6 @@ def _to_module(
     if out is not None:  # OldValues or swap_dest
         attach(out, swap, module)
     return out
-
-
-_TD_MODULE_OP = "_fcall_to_tensordict_module"  # the record of _into_tensordict_module
-
-
-def _into_tensordict_module(
-    params: Params, module: Any, return_swap: bool, api: str
-) -> TensorDictBase | None:
-    """tensordict's ``to_module`` into a TensorDictParams (an ``nn.Module`` that is a
-    TensorDict): the module's TensorDict becomes ``params`` itself and a copy of the
-    module is returned, which puts the old TensorDict back on exit of ``with``; with
-    ``return_swap=False``, ``module.update(params)``. Keys are not checked (nor are they
-    by tensordict: the module then holds exactly what ``params`` holds). On exit the
-    module gets back the very TensorDict it held (tensordict: a shallow copy of it)."""
-    if not isinstance(params, TensorDictBase):
-        leaves = _flatten.flatten(params, api)
-        params = _flatten.to_tensordict(leaves.keys, leaves.values)
-    if not return_swap:
-        module.update(params)
-        return None
-    previous = module._param_td
-    # Traced, a TensorDictParams cannot be built without a graph break: the copy returned
-    # is then one of its TensorDict (the same leaves).
-    out = previous.copy() if torch.compiler.is_compiling() else module.copy()
-    module._param_td = getattr(params, "_param_td", params)
-    out._last_op = (_TD_MODULE_OP, ((module, previous), {}, _no_previous_op))
-    return out
-
-
-def _put_back_tensordict(out: Any, args: tuple, kwargs: dict, prev: Any) -> None:
-    module, previous = args
-    module._param_td = previous  # the very TensorDict it held
-
-
-def _no_previous_op() -> None:
-    return None
-
-
-register_exit_op(_TD_MODULE_OP, _put_back_tensordict)
 
 
 class swap:

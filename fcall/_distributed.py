@@ -38,11 +38,10 @@ import torch
 from torch import nn
 
 from . import _errors
-from ._engine import INPLACE, Swap, read_slots
-from ._plan import Plan, unwrap
+from ._engine import INPLACE, Swap
+from ._kinds import Mode
+from ._plan import Plan, read_slots, unwrap
 from ._slot_values import tracks_gradients
-
-SHARDED = "sharded"
 
 try:  # torch built without distributed support
     from torch.distributed.fsdp import FSDPModule
@@ -52,7 +51,7 @@ except ImportError:  # pragma: no cover
 
 
 def prepare(
-    module: nn.Module, plan: Plan, leaves: Any, mode: str, api: str, non_blocking: bool
+    module: nn.Module, plan: Plan, leaves: Any, mode: Mode, api: str, non_blocking: bool
 ) -> Swap | None:
     """A ``SHARDED`` swap for an FSDP2 tree, a check for DDP, else ``None`` (plain swap)."""
     if FSDPModule is None:
@@ -64,7 +63,7 @@ def prepare(
     kind = plan.distributed
     if kind == "fsdp":
         return _prepare_sharded(unwrap(module)[0], plan, leaves, mode, api, non_blocking)
-    if kind == "ddp" and mode != INPLACE:
+    if kind == "ddp" and mode is not INPLACE:
         _refuse_grad_through_ddp(plan, leaves, api)
     return None
 
@@ -108,23 +107,23 @@ def _copy(targets: list, values: list, non_blocking: bool) -> None:
 
 
 def _prepare_sharded(
-    root: nn.Module, plan: Plan, leaves: Any, mode: str, api: str, non_blocking: bool
+    root: nn.Module, plan: Plan, leaves: Any, mode: Mode, api: str, non_blocking: bool
 ) -> Swap:
     fsdp_modules = [m for m in root.modules() if isinstance(m, FSDPModule)]
     _reshard(fsdp_modules)
-    swap = Swap(plan, SHARDED, leaves, non_blocking)
+    swap = Swap(plan, Mode.SHARDED, leaves, non_blocking)
     swap.strategy = SHARDED_STRATEGY
     swap.orders = fsdp_modules
     swap.targets = []
     root_name = type(root).__name__
     with torch.no_grad():
-        for (_, _, index, _, _), key, target in zip(plan.entries, plan.names, read_slots(plan)):
-            value = leaves.values[index]
+        for entry, key, target in zip(plan.entries, plan.names, read_slots(plan)):
+            value = leaves.values[entry.leaf]
             if not isinstance(value, torch.Tensor):
                 raise TypeError(_errors.not_a_tensor(api, key, value))
             if target is None:
                 raise ValueError(_errors.inplace_none_target(api, key))
-            if mode != INPLACE and tracks_gradients(value):
+            if mode is not INPLACE and tracks_gradients(value):
                 raise RuntimeError(_requires_grad_on_fsdp(api, key, root_name))
             swap.targets.append(target)
             swap.new.append(_laid_out_like(value, target, api, key))
@@ -197,8 +196,8 @@ def _mesh(api: str, key: str, value: DTensor, target: DTensor) -> str:
 
 
 def _refuse_grad_through_ddp(plan: Plan, leaves: Any, api: str) -> None:
-    for (_, _, index, _, _), key in zip(plan.entries[: plan.given], plan.names):
-        value = leaves.values[index]
+    for entry, key in zip(plan.entries[: plan.given], plan.names):
+        value = leaves.values[entry.leaf]
         if isinstance(value, torch.Tensor) and tracks_gradients(value):
             raise RuntimeError(_grad_through_ddp(api, key))
 

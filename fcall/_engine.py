@@ -8,29 +8,22 @@ three), and commit undoes its own writes if a conversion fails. ``restore`` puts
 very objects that were there, in their slots and in their order, and writes a
 buffer that ``forward`` reassigned back into the params container.
 
-Modes:
-    AS_IS     ``swap`` / ``functional_call``: each value goes into the slot as it
-              is, like ``torch.func.functional_call`` (no new Parameter is made).
-    PRESERVE  ``to_module(preserve_module_state=True)``: a value that does not
-              track gradients and replaces a Parameter is wrapped in a Parameter
-              with the old ``requires_grad``; everything else goes in as it is.
-    REPLACE   ``to_module(preserve_module_state=False)``: a plain tensor that
-              replaces a Parameter becomes a plain attribute, a Parameter that
-              replaces a buffer becomes a parameter.
-    INPLACE   ``to_module(inplace=True)``: values are copied into the module's own
-              tensors, which keep their identity.
+The modes (``Mode`` in ``fcall/_kinds.py``): ``AS_IS`` for ``swap`` /
+``functional_call``; ``PRESERVE``, ``REPLACE`` and ``INPLACE`` for ``to_module``;
+``SHARDED`` for FSDP2 trees, whose writes a ``Strategy`` makes.
 """
 
 from __future__ import annotations
 
 from typing import Any, Protocol
 
-import torch
 from torch import nn
 
 from . import _errors
 from ._flatten import Leaves
-from ._plan import Plan, StalePlan
+from ._inplace import check_inplace, copy_inplace
+from ._kinds import Entry, Mode, SlotKind
+from ._plan import Plan, StalePlan, read_slots
 from ._slot_values import (
     parameter_for_a_buffer,
     parameters_track_gradients,
@@ -38,7 +31,7 @@ from ._slot_values import (
     registered_values,
 )
 
-AS_IS, PRESERVE, REPLACE, INPLACE = "as_is", "preserve", "replace", "inplace"
+AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
 
 
 class _Gone:
@@ -77,7 +70,7 @@ class Swap:
         "targets",
     )
 
-    def __init__(self, plan: Plan, mode: str, leaves: Leaves, non_blocking: bool) -> None:
+    def __init__(self, plan: Plan, mode: Mode, leaves: Leaves, non_blocking: bool) -> None:
         self.plan = plan
         self.mode = mode
         self.leaves = leaves
@@ -98,7 +91,7 @@ class Swap:
 
 
 def prepare(
-    plan: Plan, leaves: Leaves, mode: str, api: str, non_blocking: bool, defer: bool = True
+    plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool, defer: bool = True
 ) -> Swap:
     """Decide what each slot receives; nothing is written.
 
@@ -109,27 +102,27 @@ def prepare(
     """
     swap = Swap(plan, mode, leaves, non_blocking)
     values = leaves.values
-    if mode == INPLACE:
-        swap.old = _check_inplace(plan, values, api)
-        swap.new = [values[entry[2]] for entry in plan.entries[: plan.given]]
+    if mode is INPLACE:
+        swap.old = check_inplace(plan, values, api)
+        swap.new = [values[entry.leaf] for entry in plan.entries[: plan.given]]
         return swap
     if defer and not plan.has_attributes:
-        if mode == AS_IS:
-            swap.new = values if plan.direct else [values[entry[2]] for entry in plan.entries]
+        if mode is AS_IS:
+            swap.new = values if plan.direct else [values[entry.leaf] for entry in plan.entries]
             swap.deferred = True
             return swap
-        if mode == PRESERVE and plan.direct and not plan.traced:
+        if mode is PRESERVE and plan.direct and not plan.traced:
             swap.new = values
             swap.deferred = True
             return swap
     swap.old = read_slots(plan)
-    if mode == PRESERVE:
+    if mode is PRESERVE:
         swap.new = registered_values(plan, values, swap.old)
     elif plan.direct:
         swap.new = values
     else:
-        swap.new = [values[index] for _, _, index, _, _ in plan.entries]
-    if mode == REPLACE or plan.has_attributes:
+        swap.new = [values[entry.leaf] for entry in plan.entries]
+    if mode is REPLACE or plan.has_attributes:
         swap.targets = _targets(plan, swap.new, mode)
     return swap
 
@@ -137,8 +130,8 @@ def prepare(
 def commit(swap: Swap) -> None:
     if swap.strategy is not None:  # FSDP2 modules, see fcall/_distributed.py
         return swap.strategy.commit(swap)
-    if swap.mode == INPLACE:
-        _copy_inplace(swap.plan, swap.new, swap.non_blocking)
+    if swap.mode is INPLACE:
+        copy_inplace(swap.plan, swap.new, swap.non_blocking)
     elif swap.deferred:
         _write_reading_old(swap)
     else:
@@ -149,7 +142,7 @@ def commit(swap: Swap) -> None:
 
 def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
     """Each slot dict that some value leaves for another dict, once."""
-    moving = [entry[0] for entry, target in zip(plan.entries, targets) if target is not entry[0]]
+    moving = [e.slot for e, target in zip(plan.entries, targets) if target is not e.slot]
     if not plan.traced:
         return list({id(slot): slot for slot in moving}.values())
     # Traced: `id()` of a module's dict guards on that object (another instance of the
@@ -168,16 +161,8 @@ def _write(plan: Plan, values: list[Any], targets: list[dict] | None = None) -> 
         for (slot, name), value in zip(plan.pairs, values):
             slot[name] = value
     else:
-        for (slot, name, _, _, _), target, value in zip(plan.entries, targets, values):
-            _move(slot, target, name, value)
-
-
-def read_slots(plan: Plan) -> list[Any]:
-    """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
-    try:
-        return [slot[name] for slot, name in plan.pairs]
-    except KeyError:
-        raise StalePlan from None
+        for entry, target, value in zip(plan.entries, targets, values):
+            _move(entry.slot, target, entry.name, value)
 
 
 def _write_reading_old(swap: Swap) -> None:
@@ -189,7 +174,7 @@ def _write_reading_old(swap: Swap) -> None:
     restore leaves the dict as Dynamo found it, so nothing is replayed after the call
     (``fcall/README.md``, where the code bends to Dynamo)."""
     try:
-        if swap.mode == AS_IS or (
+        if swap.mode is AS_IS or (
             parameters_track_gradients(swap.plan, swap.new)
             and not parameter_for_a_buffer(swap.plan, swap.new)
         ):
@@ -226,8 +211,8 @@ def restore(swap: Swap) -> list[Any]:
         swap.strategy.restore(swap)
         return []
     plan = swap.plan
-    if swap.mode == INPLACE:
-        _copy_inplace(plan, swap.old, swap.non_blocking)
+    if swap.mode is INPLACE:
+        copy_inplace(plan, swap.old, swap.non_blocking)
         return []
     changed = False  # some slot holds another value than the swap put there
     if swap.targets is None and plan.traced:
@@ -343,7 +328,7 @@ def _write_back(swap: Swap, current: list[Any]) -> None:
         if current[i] is not swap.new[i] and current[i] is not GONE and i not in repeated:
             if holders is None:
                 holders = swap.leaves.holders()
-            container, key = holders[swap.plan.entries[i][2]]
+            container, key = holders[swap.plan.entries[i].leaf]
             container[key] = current[i]
 
 
@@ -357,82 +342,19 @@ def _move(source: dict, target: dict, name: str, value: Any) -> None:
     target[name] = value
 
 
-def _targets(plan: Plan, new: list, mode: str) -> list[dict] | None:
+def _targets(plan: Plan, new: list, mode: Mode) -> list[dict] | None:
     targets = [_target_slot(entry, value, mode) for entry, value in zip(plan.entries, new)]
-    if all(target is entry[0] for target, entry in zip(targets, plan.entries)):
+    if all(target is entry.slot for target, entry in zip(targets, plan.entries)):
         return None
     return targets
 
 
-def _target_slot(entry: tuple, value: Any, mode: str) -> dict:
-    slot, _, _, attributes, kind = entry
+def _target_slot(entry: Entry, value: Any, mode: Mode) -> dict:
     is_parameter = isinstance(value, nn.Parameter)
-    if mode == REPLACE:
+    if mode is REPLACE:
         if is_parameter:
-            return attributes["_parameters"]
-        return attributes if kind in ("p", "a") else slot
-    if kind == "a" and is_parameter:
-        return attributes["_parameters"]
-    return slot
-
-
-def _check_inplace(plan: Plan, values: list, api: str) -> list:
-    saved: list[torch.Tensor] = []
-    with torch.no_grad():
-        for (_, _, index, _, _), key, target in zip(plan.entries, plan.names, read_slots(plan)):
-            value = values[index]
-            if value is None:
-                raise TypeError(_errors.not_a_tensor(api, key, value))
-            if target is None:
-                raise ValueError(_errors.inplace_none_target(api, key))
-            if not _fits(value.shape, target.shape):
-                raise RuntimeError(
-                    _errors.inplace_shape(api, key, tuple(value.shape), tuple(target.shape))
-                )
-            if len(saved) < plan.given:
-                saved.append(target.detach().clone())
-    return saved
-
-
-def _fits(shape: torch.Size, target: torch.Size) -> bool:
-    """Whether ``target.copy_(value)`` accepts a value of ``shape`` (it broadcasts)."""
-    if len(shape) > len(target):
-        return False
-    return all(size in (1, want) for size, want in zip(reversed(shape), reversed(target)))
-
-
-def _copy_inplace(plan: Plan, values: list, non_blocking: bool) -> None:
-    """``inplace=True``: copy ``values`` into the module's own tensors; while Dynamo traces,
-    outside the graph where autograd may have saved those tensors (see ``_copy_eagerly``)."""
-    if plan.traced and torch.is_grad_enabled():
-        for slot, name in plan.pairs:
-            target = slot[name]
-            if target is not None and target.requires_grad:
-                return _copy_eagerly(plan, values, non_blocking)
-    return _copy_into(plan, values, non_blocking)
-
-
-def _copy_into(plan: Plan, values: list, non_blocking: bool) -> None:
-    with torch.no_grad():
-        for (slot, name, _, _, _), value in zip(plan.entries, values):
-            slot[name].copy_(value, non_blocking=non_blocking)
-
-
-# A copy into tensors that require grad, with grad mode on, may overwrite tensors that
-# autograd saved for backward (the restore of `with to_module(p, m, inplace=True): y =
-# m(x)` does: backward needs the values the block used). Eager raises in backward ("one
-# of the variables needed for gradient computation has been modified by an inplace
-# operation"). In one graph AOTAutograd raises that while compiling, and hiding the
-# copy from autograd (torch.autograd._unsafe_preserve_version_counter) gives wrong
-# gradients. Outside the graph, compiled matches eager: same outputs, same gradients
-# where eager has them, the same error in backward where eager raises.
-_copy_eagerly = torch.compiler.disable(
-    _copy_into,
-    reason=(
-        "fcall.to_module(inplace=True) with grad mode on copies into parameters that "
-        "require grad, which autograd may have saved for backward: the copies run outside "
-        "the graph, as in eager (a graph break each; fullgraph=True refuses them). For a "
-        "forward without gradients run the block under torch.no_grad(); for gradients "
-        "swap without inplace=True"
-    ),
-)
+            return entry.attributes["_parameters"]
+        return entry.attributes if entry.kind is not SlotKind.BUFFER else entry.slot
+    if entry.kind is SlotKind.ATTRIBUTE and is_parameter:
+        return entry.attributes["_parameters"]
+    return entry.slot

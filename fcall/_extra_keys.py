@@ -66,7 +66,7 @@ def split(params: Any, module: nn.Module, api: str) -> Split:
         stripped = _strip(root, key, prefixes)
         owner = owner_at(root, stripped[:-1])
         name = stripped[-1]
-        if owner is not None and slot_of(owner, name)[0] is not None:
+        if owner is not None and slot_of(owner, name) is not None:
             known[".".join(key)] = value
             given.append(".".join(stripped))
             continue

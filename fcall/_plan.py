@@ -5,14 +5,14 @@ module tree (``owner._parameters``, ``owner._buffers``, or ``owner.__dict__`` fo
 a tensor that a ``preserve_module_state=False`` swap left as a plain attribute)
 and the name inside that dict. Swapping is then a loop of dict reads and writes.
 
-Plans are cached per module and per key structure in eager mode. A cached plan
-is checked before each use (``Plan.is_current``): every submodule on a key's
-path is still the same object, every owner still has the same number of
-parameters (and of buffers, where the plan swaps one of them or ``strict=True``
-asks for all), every name is still in its dict, and tied names still
-share one tensor. Any change (a submodule replaced, a parameter registered or
-deleted, a buffer turned into a parameter, weights untied) rebuilds the plan.
-Under Dynamo no cache is used: the plan is built in the traced code, where
+Plans are cached per module and per key structure in eager mode
+(``fcall/_plan_cache.py``). A cached plan is checked before each use
+(``Plan.is_current``): every submodule on a key's path is still the same object,
+every owner still has the same number of parameters (and of buffers, where the plan
+swaps one of them or ``strict=True`` asks for all), every name is still in its dict,
+and tied names still share one tensor. Any change (a submodule replaced, a parameter
+registered or deleted, a buffer turned into a parameter, weights untied) rebuilds the
+plan. Under Dynamo no cache is used: the plan is built in the traced code, where
 Dynamo already guards on the module structure it walks.
 """
 
@@ -26,19 +26,9 @@ import torch
 from torch import nn
 
 from . import _errors
-from ._flatten import Key, Leaves
+from ._flatten import Key
+from ._kinds import Entry, SlotKind, new_entry
 from ._ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
-
-_MAX_PLANS_PER_MODULE = 16
-# Per module, by id: its _Cached plans. Not a WeakKeyDictionary: its get() is Python code,
-# about a tenth of a small swap.
-_CACHE: dict[int, _Cached] = {}
-
-# (slot dict, name, index of the value in the params leaves, owner.__dict__, kind)
-# The owner's __dict__ rather than the owner: a plan must not keep its module alive
-# (the cache is a WeakKeyDictionary keyed by the module).
-# kind: "p" parameter, "b" buffer, "a" plain tensor attribute.
-Entry = tuple[dict, str, int, dict[str, Any], str]
 
 
 class Plan:
@@ -92,7 +82,7 @@ class Plan:
         # a slot that two entries name (id(slot): a guard on the dict); eager: always
         self.may_repeat_slots = False
         self.direct = True  # entry i takes leaf i: no tied aliases
-        self.has_attributes = False  # some entry is a plain tensor attribute (kind "a")
+        self.has_attributes = False  # some entry is a plain tensor attribute
         # RNN owners, whose _flat_weights need a reset
         self.rnns: list[weakref.ref[nn.RNNBase]] = []
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
@@ -109,17 +99,18 @@ class Plan:
         """Derive what the hot loops read, and, if the plan is ``cached``, what
         ``is_current`` compares (a plan built under Dynamo is never reused; ``strict``:
         the plan was built for ``strict=True``, see ``_watched_buffers``)."""
-        self.pairs = [(slot, name) for slot, name, _, _, _ in self.entries]
+        self.pairs = [(entry.slot, entry.name) for entry in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
         if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
             self._find_repeated()
         if not cached:
             return self
-        kinds = [entry[4] for entry in self.entries]  # eager only: _engine's deferred loop
-        if kinds.count("p") != len(kinds):
-            self.parameter_leaves = [entry[2] for entry in self.entries if entry[4] == "p"]
-        self.buffer_leaves = [entry[2] for entry in self.entries if entry[4] == "b"]
+        # eager only: _engine's deferred loop
+        parameter_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.PARAMETER]
+        if len(parameter_leaves) != len(self.entries):
+            self.parameter_leaves = parameter_leaves
+        self.buffer_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.BUFFER]
         # One row per module on a key's path, plus the root if it owns a key: one
         # loop iteration per module, not one per dict and one per name.
         watched = self._watched_buffers(strict)
@@ -139,7 +130,7 @@ class Plan:
         one more dict per module on every eager swap (``UNWATCHED``: always empty)."""
         if strict or self.has_attributes:
             return lambda buffers: buffers
-        owners = {id(entry[0]) for entry in self.entries if entry[4] == "b"}
+        owners = {id(e.slot) for e in self.entries if e.kind is SlotKind.BUFFER}
         return lambda buffers: buffers if id(buffers) in owners else UNWATCHED
 
     def _find_repeated(self) -> None:
@@ -154,7 +145,8 @@ class Plan:
             slot, name, _, attributes, kind = self.entries[index]
             seen = first.setdefault((id(slot), name), index)
             if seen != index:
-                self.entries[index] = (slot, name, self.entries[seen][2], attributes, kind)
+                leaf = self.entries[seen].leaf
+                self.entries[index] = new_entry(Entry, (slot, name, leaf, attributes, kind))
                 repeated.append(index)
         if repeated:
             self.repeated = frozenset(repeated)
@@ -189,6 +181,14 @@ class Plan:
         return True
 
 
+def read_slots(plan: Plan) -> list[Any]:
+    """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
+    try:
+        return [slot[name] for slot, name in plan.pairs]
+    except KeyError:
+        raise StalePlan from None
+
+
 def still_tied(group: list[tuple[dict, str]]) -> bool:
     """Whether the (slot, name) pairs of ``group`` still hold one tensor."""
     first = group[0][0][group[0][1]]
@@ -210,39 +210,6 @@ _NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "c
 UNWATCHED: dict = {}  # in a row of Plan.checks, the buffers of a module not watched
 
 
-def forget(module: nn.Module) -> None:
-    """Drop the cached plans of ``module`` (one of them was stale)."""
-    _CACHE.pop(id(module), None)
-
-
-class _Cached:
-    """The plans of one module: by key structure, and the last one used."""
-
-    __slots__ = ("last_plan", "last_signature", "module", "plans")
-
-    def __init__(self, module: weakref.ref) -> None:
-        self.module = module  # a weak reference: the cache must not keep the module alive
-        self.plans: dict[Any, Plan] = {}
-        self.last_signature: Any = None
-        self.last_plan: Plan | None = None
-
-
-def _cached(module: nn.Module) -> _Cached:
-    """The cache entry of ``module``, made on first use."""
-    key = id(module)
-    found = _CACHE.get(key)
-    if found is not None and found.module() is module:
-        return found
-
-    def drop(ref: weakref.ref) -> None:  # the module is gone: so are its plans
-        entry = _CACHE.get(key)
-        if entry is not None and entry.module is ref:
-            del _CACHE[key]
-
-    found = _CACHE[key] = _Cached(weakref.ref(module, drop))
-    return found
-
-
 def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
     """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
     prefixes = []
@@ -255,28 +222,6 @@ def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
             module = module.module
         else:
             return module, prefixes
-
-
-def plan_for(
-    module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
-) -> Plan:
-    """The cached plan of ``leaves`` in ``module`` (eager only: under Dynamo a plan is
-    built in the trace and never cached, see fcall/_traced.py)."""
-    signature = (leaves.signature, tie_weights, strict)
-    cached = _cached(module)
-    # The last swap's key first: equal tuples of the same names compare by identity,
-    # where hashing reads every name (a cache miss each, in a cold swap of a big tree).
-    if cached.last_signature == signature:
-        plan = cached.last_plan
-    else:
-        plan = cached.plans.get(signature)
-    if plan is None or not plan.is_current():
-        plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
-        if len(cached.plans) >= _MAX_PLANS_PER_MODULE:
-            cached.plans.pop(next(iter(cached.plans)))
-        cached.plans[signature] = plan
-    cached.last_signature, cached.last_plan = signature, plan
-    return plan
 
 
 def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
@@ -365,31 +310,33 @@ def _add_entry(
             plan.chain.append((owner._modules, part, child))
         owner = child
     name = key[-1]
-    slot, kind = slot_of(owner, name)
-    if slot is None:
+    found = slot_of(owner, name)
+    if found is None:
         raise _errors.UnknownKey(_unknown(api, key, root, module))
+    slot, kind = found
     if key[:-1] not in seen_owner:
         seen_owner.add(key[:-1])
         if owner is root:
             plan.root_dicts = (owner._parameters, owner._buffers)
         if isinstance(owner, nn.RNNBase):
             plan.rnns.append(weakref.ref(owner))
-    plan.entries.append((slot, name, index, owner.__dict__, kind))
+    plan.entries.append(Entry(slot, name, index, owner.__dict__, kind))
     plan.names.append(".".join(key))
-    if kind == "a":
+    if kind is SlotKind.ATTRIBUTE:
         plan.has_attributes = True
 
 
-def slot_of(owner: nn.Module, name: str) -> tuple[dict | None, str]:
+def slot_of(owner: nn.Module, name: str) -> tuple[dict, SlotKind] | None:
+    """The dict of ``owner`` that holds ``name``, and its kind; ``None`` if none does."""
     # `in tuple(d)`, not `in d`: traced, `name in d` reads the value too, which makes
     # the module's own tensor a graph input guarded on every call.
     if name in tuple(owner._parameters):
-        return owner._parameters, "p"
+        return owner._parameters, SlotKind.PARAMETER
     if name in tuple(owner._buffers):
-        return owner._buffers, "b"
+        return owner._buffers, SlotKind.BUFFER
     if isinstance(owner.__dict__.get(name), torch.Tensor):
-        return owner.__dict__, "a"
-    return None, ""
+        return owner.__dict__, SlotKind.ATTRIBUTE
+    return None
 
 
 def owner_at(root: nn.Module, path: Sequence[str]) -> nn.Module | None:
@@ -424,11 +371,12 @@ def _add_tied_aliases(
         if not given:
             continue
         if len(given) > 1:
-            plan.tie_sources.append([plan.entries[i][2] for i in given])
-        source = plan.entries[given[0]][2]
+            plan.tie_sources.append([plan.entries[i].leaf for i in given])
+        source = plan.entries[given[0]].leaf
         for name in group:
             if name not in index_of_name:
                 index_of_name[name] = len(plan.entries)
                 key = tuple(name.split("."))
                 _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
-        plan.tie_groups.append([plan.entries[index_of_name[name]][:2] for name in group])
+        tied_entries = [plan.entries[index_of_name[name]] for name in group]
+        plan.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])

@@ -20,9 +20,11 @@ import torch
 from torch import nn
 from torch._dynamo.decorators import DynamoConfigPatchProxy
 
+from ._kinds import Entry, SlotKind
 from ._plan import Plan
 
 _Tensor, _Parameter = torch.Tensor, nn.Parameter
+PARAMETER, BUFFER = SlotKind.PARAMETER, SlotKind.BUFFER
 _make_subclass = torch.Tensor._make_subclass
 
 
@@ -61,10 +63,10 @@ def preserved(plan: Plan, values: list, old: list) -> list:
         return bulk
     new = values  # copied on the first conversion only
     for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
-        if entry[4] != "p" or old_value is None or value is None:
-            if entry[4] != "b" or not isinstance(value, _Parameter):
+        if entry.kind is not PARAMETER or old_value is None or value is None:
+            if entry.kind is not BUFFER or not isinstance(value, _Parameter):
                 continue
-            value = _as_buffer(value, entry[3], entry[1])  # registered as a buffer
+            value = _as_buffer(value, entry.attributes, entry.name)  # registered as a buffer
         elif (cls := type(value)) is _Tensor:
             if value.requires_grad or _is_batched(value):
                 continue  # it tracks gradients: it goes in as it is
@@ -121,7 +123,7 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.preserved is not None:  # traced: the walk made them (preserved_value)
         if plan.direct:
             return plan.preserved
-        return [plan.preserved[entry[2]] for entry in plan.entries]
+        return [plan.preserved[entry.leaf] for entry in plan.entries]
     if plan.traced:
         with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
             return _registered_per_entry(plan, values, old, True)
@@ -136,27 +138,27 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
         value = converted.get(index)
         if value is None:
             value = values[index]
-            if kind == "p" and value is not None:
+            if kind is PARAMETER and value is not None:
                 value = _as_parameter_slot(value, old_value, traced)
-            elif kind == "b" and isinstance(value, nn.Parameter):
+            elif kind is BUFFER and isinstance(value, nn.Parameter):
                 value = _as_buffer(value, attributes, name)
             converted[index] = value
         new.append(value)
     return new
 
 
-def preserved_value(value: Any, entry: tuple) -> Any:
+def preserved_value(value: Any, entry: Entry) -> Any:
     """What ``PRESERVE`` puts in ``entry``'s slot for ``value``, while tracing: what
     ``_registered_per_entry`` makes, asked by the walk per leaf (``fcall/_traced.py``)."""
     slot, name, _, attributes, kind = entry
     if value is None:
         return value
-    if kind == "p":
+    if kind is PARAMETER:
         # tracks_gradients, inline; a Parameter is compared with the slot's (as_parameter)
         if not isinstance(value, nn.Parameter) and (value.requires_grad or _is_batched(value)):
             return value
         return as_parameter(value, slot[name], True)
-    if kind == "b" and isinstance(value, nn.Parameter):
+    if kind is BUFFER and isinstance(value, nn.Parameter):
         return _as_buffer(value, attributes, name)
     return value
 

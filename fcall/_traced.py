@@ -26,6 +26,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from ._flatten import Leaves, items_of, wrapped
+from ._kinds import Entry, SlotKind, new_entry
 from ._plan import Plan, complete, slot_of, unwrap
 from ._slot_values import TRACEABLE_PARAMETER, preserved_value
 
@@ -82,6 +83,9 @@ def _has_dotted_key(params: dict) -> bool:
     return False
 
 
+PARAMETER = SlotKind.PARAMETER
+
+
 def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
     """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
     nodes = {"": _node(root, plan)}  # per dotted prefix, each module found once
@@ -100,7 +104,7 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
             plan.root_dicts = (parameters, buffers)  # the root owns a key
         # slot_of, inline: a traced call per leaf costs more than these lines
         if name in parameter_names:
-            entries.append((parameters, name, len(values), attributes, "p"))
+            entries.append(new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER)))
         elif not _add_other(node, name, len(values), plan):
             return False
         if made is not None:
@@ -146,18 +150,19 @@ def _add_other(node: list, name: str, index: int, plan: Plan) -> bool:
     if buffer_names is None:
         node[5] = buffer_names = tuple(buffers)
     if name in buffer_names:
-        plan.entries.append((buffers, name, index, attributes, "b"))
+        plan.entries.append(new_entry(Entry, (buffers, name, index, attributes, SlotKind.BUFFER)))
         return True
     return _add_attribute(owner, name, index, plan)
 
 
 def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:
     """A name in neither dict: a plain tensor attribute's entry, or ``False``."""
-    slot, kind = slot_of(owner, name)
-    if slot is None:
+    found = slot_of(owner, name)
+    if found is None:
         return False
+    slot, kind = found
     plan.has_attributes = True
-    plan.entries.append((slot, name, index, owner.__dict__, kind))
+    plan.entries.append(new_entry(Entry, (slot, name, index, owner.__dict__, kind)))
     return True
 
 
@@ -174,7 +179,9 @@ def _visit(
         # generic path, which splits or refuses it.
         if value is None or isinstance(value, torch.Tensor):
             if name in parameter_names:  # slot_of, inline as in _visit_flat
-                entries.append((parameters, name, len(values), attributes, "p"))
+                entries.append(
+                    new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER))
+                )
             elif not _add_other(node, name, len(values), plan):
                 return False
             if made is not None:

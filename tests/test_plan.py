@@ -13,7 +13,7 @@ from tensordict import TensorDict
 from torch import nn
 
 import fcall
-from fcall import _plan
+from fcall import _plan_cache
 from fcall._flatten import OldValues
 
 
@@ -22,7 +22,7 @@ def _params(module: nn.Module, fill: float) -> TensorDict:
 
 
 def _cached_plans(module: nn.Module) -> dict:
-    found = _plan._CACHE.get(id(module))
+    found = _plan_cache._CACHE.get(id(module))
     return found.plans if found is not None and found.module() is module else {}
 
 
@@ -213,11 +213,11 @@ def test_a_cached_plan_does_not_keep_its_module_alive(make):
     with fcall.swap(_params(model, 1.0), model):
         pass
     fcall.to_module(fcall.to_module(_params(model, 2.0), model), model)
-    assert key in _plan._CACHE
+    assert key in _plan_cache._CACHE
     del model
     gc.collect()
     assert alive() is None
-    assert key not in _plan._CACHE  # the cache entry went with its module
+    assert key not in _plan_cache._CACHE  # the cache entry went with its module
 
 
 def test_key_structures_that_differ_only_in_nesting_get_their_own_plans():

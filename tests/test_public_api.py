@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
+import graphlib
 import importlib
 import importlib.resources
 import inspect
+import pathlib
 
 import fcall
 
@@ -46,3 +49,42 @@ def test_core_callables():
 
 def test_py_typed_is_shipped():
     assert importlib.resources.files("fcall").joinpath("py.typed").is_file()
+
+
+def _internal_imports(path: pathlib.Path, package: str) -> set[str]:
+    """The fcall modules that ``path`` imports, at any depth of its code (a lazy import in
+    a function is an edge too), except under ``if TYPE_CHECKING:``."""
+    found: set[str] = set()
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            target = f"{base}.{node.module}" if node.module else base
+            if node.module:
+                found.add(target)
+            else:
+                found.update(f"{target}.{alias.name}" for alias in node.names)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text()))
+    return found
+
+
+def test_no_import_cycle_in_fcall():
+    root = pathlib.Path(fcall.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        parts = path.relative_to(root.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        graph[name] = _internal_imports(path, package)
+    assert len(graph) > 20  # the walk saw the package
+    for name in graph:  # only edges between modules (`from . import _x` names a module)
+        graph[name] = {target for target in graph[name] if target in graph} - {name}
+    order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError if a cycle
+    assert set(order) == set(graph)

@@ -16,7 +16,7 @@ import torch
 from support import Sliced
 
 import fcall
-from fcall import _plan
+from fcall import _plan_cache
 
 
 def test_import_and_use_leave_torch_and_tensordict_as_they_were():
@@ -63,11 +63,11 @@ def test_a_layer_slicing_forward_keeps_the_cached_plan():
     x = torch.randn(2, 4)
     with fcall.swap(p, m):
         m(x)
-    (plan,) = _plan._cached(m).plans.values()
+    (plan,) = _plan_cache._cached(m).plans.values()
     expected = torch.func.functional_call(m, dict(p.flatten_keys(".")), x)
     for _ in range(3):
         m(x)  # registers every layer into a new ModuleList
         with fcall.swap(p, m):
             torch.testing.assert_close(m(x), expected)
-        assert list(_plan._cached(m).plans.values()) == [plan]
+        assert list(_plan_cache._cached(m).plans.values()) == [plan]
         assert plan.is_current()
