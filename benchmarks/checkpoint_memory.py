@@ -14,9 +14,10 @@ Two numbers per rank and way: ``held``, the bytes of the tensor storages the loa
 checkpoints keep (local shards for DTensors, deduplicated by storage), and ``peak``, how far the
 process's resident set rose above where it stood while loading them (Linux ``VmHWM``, reset
 through ``/proc/self/clear_refs`` before each measurement, after ``malloc_trim``): DCP's read
-buffers included. The median over ``--repeats`` runs is printed.
+buffers included. The median over ``--repeats`` runs is recorded.
 
-    python benchmarks/checkpoint_memory.py [--layers 8] [--width 1024] [--repeats 3]
+    python -m benchmarks checkpoint_memory [--layers 8] [--width 1024] [--repeats 3]
+    python -m benchmarks checkpoint_memory --quick     # 2 x Linear(256, 256), once
 """
 
 from __future__ import annotations
@@ -27,8 +28,6 @@ import gc
 import json
 import os
 import socket
-import statistics
-import sys
 import tempfile
 from collections.abc import Callable
 from typing import Any
@@ -42,6 +41,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 import fcall
+
+from . import _harness as h
 
 WORLD = 2
 MiB = 2**20
@@ -142,8 +143,8 @@ def worker(rank: int, port: int, root: str, args: argparse.Namespace) -> None:
         for name, load in ways(model, paths, args.layers, args.width).items():
             runs = [measure(load) for _ in range(args.repeats)]
             results[name] = {
-                "held": statistics.median(r[0] for r in runs),
-                "peak": statistics.median(r[1] for r in runs),
+                "held": h.median(r[0] for r in runs),
+                "peak": h.median(r[1] for r in runs),
             }
         full = sum(
             p.numel() * p.element_size() for p in make_model(args.layers, args.width).parameters()
@@ -157,12 +158,16 @@ def worker(rank: int, port: int, root: str, args: argparse.Namespace) -> None:
     os._exit(0)  # as examples/distributed_target_network.py: skip gloo's teardown
 
 
-def main(argv: list[str] | None = None) -> dict[int, dict[str, Any]]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--layers", type=int, default=8)
-    parser.add_argument("--width", type=int, default=1024)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args(argv)
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layers", type=int, help="default 8 (quick: 2)")
+    parser.add_argument("--width", type=int, help="default 1024 (quick: 256)")
+    parser.add_argument("--repeats", type=int, help="default 3 (quick: 1)")
+
+
+def run(args: argparse.Namespace, record: h.Recorder) -> None:
+    args.layers = args.layers or (2 if args.quick else 8)
+    args.width = args.width or (256 if args.quick else 1024)
+    args.repeats = args.repeats or (1 if args.quick else 3)
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
@@ -174,21 +179,17 @@ def main(argv: list[str] | None = None) -> dict[int, dict[str, Any]]:
                 per_rank[rank] = json.load(f)
     full = per_rank[0].pop("_full_model_bytes")
     per_rank[1].pop("_full_model_bytes")
-    print(
-        f"checkpoint_memory: {args.layers} x Linear({args.width}, {args.width}), "
-        f"{full / MiB:.1f} MiB of parameters, {WORLD} gloo ranks, median of {args.repeats}"
+    title = (
+        f"{args.layers} x Linear({args.width}, {args.width}), {full / MiB:.1f} MiB of "
+        f"parameters, {WORLD} gloo ranks, median of {args.repeats}: per rank"
     )
-    print(f"{'way':38} {'rank':>4} {'held MiB':>9} {'peak MiB':>9} {'held / full model':>18}")
+    table = record.results[title] = {}
     for name in per_rank[0]:
         for rank in range(WORLD):
             row = per_rank[rank][name]
-            print(
-                f"{name:38} {rank:>4} {row['held'] / MiB:9.1f} {row['peak'] / MiB:9.1f} "
-                f"{row['held'] / full:17.2f}x"
-            )
-    sys.stdout.flush()
-    return per_rank
-
-
-if __name__ == "__main__":
-    main()
+            table[f"{name}, rank {rank}"] = {
+                "held MiB": row["held"] / MiB,
+                "peak MiB": row["peak"] / MiB,
+                "held / full model": row["held"] / full,
+            }
+    h.print_rows(title, table, ("held MiB", "peak MiB", "held / full model"))

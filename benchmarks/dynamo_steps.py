@@ -1,11 +1,10 @@
 """How much Python Dynamo traces to compile a swap: bytecode steps, per function.
 
 Compile time of a swap is mostly Dynamo stepping through Python, and unlike a
-wall-clock time the number of steps is the same on every run and machine. Run
-from the repository root:
+wall-clock time the number of steps is the same on every run and machine:
 
-    python benchmarks/dynamo_steps.py            # 200 leaves
-    python benchmarks/dynamo_steps.py --leaves 1000 --top 15
+    python -m benchmarks dynamo_steps            # 200 leaves (quick: 20)
+    python -m benchmarks dynamo_steps --leaves 1000 --top 15
 
 It compiles ``f(x, params)`` that swaps and calls an ``nn.Sequential`` of
 ``Linear(4, 4)`` (backend ``eager``: no code generation), once with
@@ -20,10 +19,11 @@ import collections
 import time
 
 import torch
-from torch import nn
 from torch._dynamo import symbolic_convert
 
 import fcall
+
+from . import _harness as h
 
 STEPS: collections.Counter = collections.Counter()
 _step = symbolic_convert.InstructionTranslatorBase.step
@@ -35,43 +35,52 @@ def _counting_step(self: symbolic_convert.InstructionTranslatorBase) -> object:
     return _step(self)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--leaves", type=int, default=200)
-    parser.add_argument("--top", type=int, default=8)
-    args = parser.parse_args()
-    model = nn.Sequential(*[nn.Linear(4, 4) for _ in range(args.leaves // 2)])
-    td = fcall.from_module(model).detach().clone()
-    flat = {".".join(key): value for key, value in td.items(True, True)}
-    x = torch.randn(8, 4)
+def with_functional_call(model):
+    return lambda x, p: torch.func.functional_call(model, p, (x,))
 
-    def with_functional_call(x, p):
-        return torch.func.functional_call(model, p, (x,))
 
-    def with_fcall_swap(x, p):
+def with_fcall_swap(model):
+    def call(x, p):
         with fcall.swap(p, model):
             return model(x)
 
+    return call
+
+
+# (name, the compiled function for a model, its params: "flat" dict or "nested" TensorDict)
+CELLS = [
+    ("torch.func.functional_call (flat dict)", with_functional_call, "flat"),
+    ("fcall.swap (nested TensorDict)", with_fcall_swap, "nested"),
+]
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--leaves", type=int, help="default 200 (quick: 20)")
+    parser.add_argument("--top", type=int, default=8)
+
+
+def run(args: argparse.Namespace, record: h.Recorder) -> None:
+    leaves = args.leaves or (20 if args.quick else 200)
+    model = h.Chain(leaves)
+    td = fcall.from_module(model).detach().clone()
+    params = {"nested": td, "flat": h.flat(td)}
+    x = torch.randn(8, 4)
     symbolic_convert.InstructionTranslatorBase.step = _counting_step
-    totals = {}
-    for peer, fn, params in [
-        ("torch.func.functional_call (flat dict)", with_functional_call, flat),
-        ("fcall.swap (nested TensorDict)", with_fcall_swap, td),
-    ]:
-        torch._dynamo.reset()
-        STEPS.clear()
-        start = time.perf_counter()
-        with torch.no_grad():
-            torch.compile(fn, backend="eager", fullgraph=True)(x, params)
-        seconds = time.perf_counter() - start
-        totals[peer] = sum(STEPS.values())
-        print(f"{peer}: {totals[peer]} steps ({seconds:.1f} s to compile here)")
-        for where, steps in STEPS.most_common(args.top):
-            print(f"  {steps:>8}  {where}")
-    func_steps, fcall_steps = totals.values()
-    ratio = fcall_steps / func_steps
-    print(f"\nfcall / functional_call steps at {args.leaves} leaves: {ratio:.2f}x")
-
-
-if __name__ == "__main__":
-    main()
+    totals: dict[str, dict[str, float]] = {}
+    try:
+        for name, make, kind in CELLS:
+            torch._dynamo.reset()
+            STEPS.clear()
+            start = time.perf_counter()
+            with torch.no_grad():
+                torch.compile(make(model), backend="eager", fullgraph=True)(x, params[kind])
+            totals[name] = {"steps": sum(STEPS.values()), "compile s": time.perf_counter() - start}
+            print(f"{name}: {totals[name]['steps']} steps ({totals[name]['compile s']:.1f} s here)")
+            for where, steps in STEPS.most_common(args.top):
+                print(f"  {steps:>8}  {where}")
+    finally:
+        symbolic_convert.InstructionTranslatorBase.step = _step
+    base = totals[CELLS[0][0]]["steps"]
+    for row in totals.values():
+        row["ratio"] = row["steps"] / base
+    record.results[f"Dynamo steps to compile, {leaves} leaves"] = totals

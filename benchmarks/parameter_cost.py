@@ -5,10 +5,8 @@ for a parameter slot goes in as an `nn.Parameter` (with the old one's `requires_
 one per block. This script shows, in one run, what that promise costs and why neither a
 cache of wrappers (eager) nor another representation (compiled) removes it.
 
-Run from the repository root:
-
-    python benchmarks/parameter_cost.py                  # eager 100/1,000/10,000, compiled 100
-    python benchmarks/parameter_cost.py --sections eager --sizes 1000
+    python -m benchmarks parameter_cost                  # eager 100/1,000/10,000, compiled 100
+    python -m benchmarks parameter_cost --sections eager --sizes 1000
 
 Eager, per leaf, ratio to torch.func's machinery (`_reparametrize_module`, swap and restore
 of a flat dict of the same plain tensors):
@@ -41,10 +39,7 @@ from __future__ import annotations
 
 import argparse
 import operator
-import os
-import statistics
 import sys
-import time
 import weakref
 from collections.abc import Callable
 
@@ -54,11 +49,10 @@ from torch.nn.utils.stateless import _reparametrize_module
 
 import fcall
 
+from . import _harness as h
+
 _make_subclass = torch.Tensor._make_subclass
-
-
-def chain(leaves: int) -> nn.Sequential:
-    return nn.Sequential(*[nn.Linear(4, 4) for _ in range(leaves // 2)])
+chain = h.Chain
 
 
 def plain_values(model: nn.Module) -> dict[str, torch.Tensor]:
@@ -180,93 +174,68 @@ def compiled_cells(leaves: int, backend: str) -> dict[str, tuple[Callable, dict]
     return out
 
 
-def timed_rounds(
-    cells: dict[str, Callable[[], object]], rounds: int, batch: int, warm: int
-) -> dict:
-    """Median over rounds of each cell's batch time over the peer's batch beside it."""
-    names = list(cells)
-    peer = names[0]
-    ratios: dict[str, list[float]] = {name: [] for name in names}
-    seconds: dict[str, list[float]] = {name: [] for name in names}
+def timed_rounds(cells: dict[str, h.Fn], rounds: int, number: int, warm: int) -> dict:
+    """Per cell: seconds per call (median) and the ratio to the first cell (the peer), each
+    batch paired with the peer's batch beside it."""
+    peer = next(iter(cells))
     for cell in cells.values():
-        for _ in range(warm):  # plans, compiles
-            cell()
-    for round_index in range(rounds):
-        order = names if round_index % 2 == 0 else list(reversed(names))
-        batch_time = {}
-        for name in order:
-            fn = cells[name]
-            start = time.perf_counter()
-            for _ in range(batch):
-                fn()
-            batch_time[name] = (time.perf_counter() - start) / batch
-        for name in names:
-            ratios[name].append(batch_time[name] / batch_time[peer])
-            seconds[name].append(batch_time[name])
+        h.warm(cell, warm)  # plans, compiles
+    times, beside = h.rounds_of(cells, rounds, number, lambda name: peer)
     return {
-        name: (statistics.median(seconds[name]), statistics.median(ratios[name])) for name in names
+        name: (h.median(t), h.paired(t, beside[name]) if name in beside else 1.0)
+        for name, t in times.items()
     }
 
 
-def report(title: str, results: dict, per: int, unit: str) -> None:
-    print(title)
-    for name, (seconds, ratio) in results.items():
-        print(f"  {name:<46}{seconds / per * 1e9:>9.0f} ns/{unit}{ratio:>7.2f}x")
+def table(results: dict, per: int, unit: str) -> dict[str, dict[str, float]]:
+    return {
+        name: {f"ns/{unit}": seconds / per * 1e9, "ratio": ratio}
+        for name, (seconds, ratio) in results.items()
+    }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sections", default="eager,compiled")
-    parser.add_argument("--sizes", default="100,1000,10000", help="eager leaves")
-    parser.add_argument("--compiled-sizes", default="100")
-    parser.add_argument("--backends", default="aot_eager,inductor")
-    parser.add_argument("--rounds", type=int, default=15)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    torch._inductor.config.fx_graph_cache = False  # a cell must not reuse another's graph
-    torch._inductor.config.autotune_local_cache = False
-    torch._functorch.config.enable_autograd_cache = False
-    torch._inductor.config.compile_threads = 1  # in this process: its CPU time is the compile's
-    print(f"torch {torch.__version__}, fcall {fcall.__version__}; medians over {args.rounds}")
-    print("rounds of the ratio to the peer batch beside each cell")
+    parser.add_argument("--sizes", help="eager leaves (default 100,1000,10000; quick 20)")
+    parser.add_argument("--compiled-sizes", help="default 100 (quick: 10)")
+    parser.add_argument("--backends", help="default aot_eager,inductor (quick: aot_eager)")
+    parser.add_argument("--rounds", type=int, help="default 15 (quick: 3)")
+
+
+def run(args: argparse.Namespace, record: h.Recorder) -> None:
+    h.isolate_compiles()
+    quick, results = args.quick, record.results
+    rounds = args.rounds or (3 if quick else 15)
     if "eager" in args.sections:
-        for leaves in map(int, args.sizes.split(",")):
-            batch = max(2, 20_000 // leaves)
-            results = timed_rounds(eager_cells(leaves), args.rounds, batch, warm=300)
-            report(f"eager, {leaves} leaves, per leaf (swap and restore)", results, leaves, "leaf")
-    if "compiled" in args.sections:
-        x = torch.randn(8, 4)
-        for backend in args.backends.split(","):
-            for leaves in map(int, args.compiled_sizes.split(",")):
-                torch._dynamo.reset()
-                cells = compiled_cells(leaves, backend)
-                calls = {name: _bound(fn, x, p) for name, (fn, p) in cells.items()}
-                with torch.no_grad():
-                    first = {name: _seconds(call) for name, call in calls.items()}
-                    results = timed_rounds(calls, args.rounds, 20, warm=3)
-                report(f"compiled {backend}, {leaves} leaves, per call", results, 1, "call")
-                peer_first = first[next(iter(first))]
-                print("  first call (the compile, CPU seconds), one each, ratio to the peer's:")
-                for name, seconds in first.items():
-                    print(f"    {name:<44}{seconds:>9.2f} s{seconds / peer_first:>7.2f}x")
+        for leaves in map(int, (args.sizes or ("20" if quick else "100,1000,10000")).split(",")):
+            timed = timed_rounds(eager_cells(leaves), rounds, max(2, 20_000 // leaves), warm=300)
+            title = f"eager, {leaves} leaves, per leaf (swap and restore)"
+            results[title] = table(timed, leaves, "leaf")
+            h.print_rows(title, results[title], ("ns/leaf", "ratio"))
+            record.save()
+    if "compiled" not in args.sections:
+        return
+    x = torch.randn(8, 4)
+    sizes = args.compiled_sizes or ("10" if quick else "100")
+    for backend in (args.backends or ("aot_eager" if quick else "aot_eager,inductor")).split(","):
+        for leaves in map(int, sizes.split(",")):
+            torch._dynamo.reset()
+            cells = compiled_cells(leaves, backend)
+            calls = {name: _bound(fn, x, p) for name, (fn, p) in cells.items()}
+            with torch.no_grad():
+                first = {name: h.first_call(call)[0] for name, call in calls.items()}
+                timed = timed_rounds(calls, rounds, 20, warm=3)
+            title = f"compiled {backend}, {leaves} leaves, per call"
+            results[title] = table(timed, 1, "call")
+            peer_first = first[next(iter(first))]
+            for name, seconds in first.items():  # one each, CPU seconds
+                results[title][name] |= {
+                    "compile s": seconds,
+                    "compile ratio": seconds / peer_first,
+                }
+            h.print_rows(title, results[title], ("ns/call", "ratio", "compile s", "compile ratio"))
+            record.save()
 
 
-def _seconds(call: Callable[[], object]) -> float:
-    """CPU seconds of ``call`` (this process and the children it waited for), as
-    ``benchmarks/matrix.py`` measures a first compile."""
-    start = _cpu()
-    call()
-    return _cpu() - start
-
-
-def _cpu() -> float:
-    times = os.times()
-    return times.user + times.system + times.children_user + times.children_system
-
-
-def _bound(fn: Callable, x: torch.Tensor, p: dict) -> Callable[[], object]:
+def _bound(fn: Callable, x: torch.Tensor, p: dict) -> h.Fn:
     return lambda: fn(x, p)
-
-
-if __name__ == "__main__":
-    main()

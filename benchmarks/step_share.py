@@ -1,14 +1,10 @@
-"""The eager swap's share of realistic steps, eager machinery vs torch.func (issue 26).
+"""The eager swap's share of four realistic steps (issue 26).
 
-Run from the repository root:
+    python -m benchmarks step_share          # about a minute on a 2-core machine
+    python -m benchmarks step_share --quick  # a smoke run, under 30 s
 
-    python benchmarks/step_share.py          # about a minute on a 2-core machine
-    python benchmarks/step_share.py --quick  # a smoke run, under 30 s
-
-CPU, one thread, median of interleaved rounds (each round runs every function once, in
-reversed order every other round). Two sections:
-
-1. Four steps, each with fcall and without a swap:
+CPU, one thread, medians of interleaved rounds (``_harness.rounds_of``). Four steps
+(``STEPS``), each with fcall and without a swap:
 
    - DQN: a TD update of a 2x256 MLP at batch 256; the target forward runs through
      ``with fcall.swap(target_params, net)`` (without: a second net holds the target);
@@ -25,12 +21,9 @@ reversed order every other round). Two sections:
    Per step, "swap alone" is the step's swaps with nothing inside them (for vmap: under
    ``vmap``, minus the same ``vmap`` without the swap), and "step - without" is the
    step's time minus the step without a swap. Their share is of the step with fcall.
-2. Eager machinery at 100 and 1,000 leaves (``Linear(4, 4)`` layers, a ``forward`` that
-   reads no parameter, Parameter values): ``fcall.swap`` / ``fcall.functional_call`` with a
-   nested TensorDict and a flat dict, ``fcall.to_module`` with a TensorDict, against
-   ``torch.nn.utils.stateless._reparametrize_module`` (torch.func's machinery) and
-   ``torch.func.functional_call`` with a flat dict; the ratio is the median over rounds of
-   each round's cell / peer.
+The eager machinery against torch.func (this script's second section until the
+benchmarks became one harness) is the matrix's eager section: ``python -m benchmarks
+matrix --sections eager --only Parameter --sizes 100,1000``.
 
 fcall has one (generic) eager path; every swapped module is warmed with a few swaps first,
 so that its plan is built and cached before it is timed.
@@ -39,12 +32,7 @@ so that its plan is built and cached before it is timed.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
-import platform
-import statistics
-import subprocess
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -52,54 +40,17 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.utils.stateless import _reparametrize_module
 
 import fcall
 
-WARM_SWAPS = 20  # plans built and cached before anything is timed
+from . import _harness as h
 
-Fn = Callable[[], Any]
+WARM_SWAPS = 20  # plans built and cached before anything is timed
+Fn = h.Fn
 
 
 def warm(fn: Fn, times: int = WARM_SWAPS) -> None:
-    """``fn`` run ``times`` times (its module's plan built and cached)."""
-    for _ in range(times):
-        fn()
-
-
-def _batch(fn: Fn, number: int) -> float:
-    start = time.perf_counter()
-    for _ in range(number):
-        fn()
-    return (time.perf_counter() - start) / number
-
-
-def rounds(fns: dict[str, Fn], count: int, budget_s: float) -> dict[str, list[float]]:
-    """Seconds per call of each function, one batch of about ``budget_s`` per round, in
-    reversed order every other round (load that comes and goes hits all alike)."""
-    numbers = {}
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    order = list(fns)
-    for name, fn in fns.items():
-        fn()
-        numbers[name] = max(1, min(2000, round(budget_s / max(_batch(fn, 1), 1e-7))))
-    for round_ in range(count):
-        for name in order[::-1] if round_ % 2 else order:
-            times[name].append(_batch(fns[name], numbers[name]))
-    return times
-
-
-def median(samples: list[float]) -> float:
-    return statistics.median(samples)
-
-
-def difference(samples: list[float], base: list[float]) -> float:
-    """The median over rounds of each round's ``samples - base``."""
-    return statistics.median(a - b for a, b in zip(samples, base))
-
-
-def paired(samples: list[float], base: list[float]) -> float:
-    return statistics.median(a / b for a, b in zip(samples, base))
+    h.warm(fn, times)
 
 
 # ---------------------------------------------------------------------------- steps
@@ -295,176 +246,40 @@ def sweep(checkpoints: int = 4) -> Step:
     )
 
 
-def step_rows(steps: list[Step], count: int, budget_s: float) -> list[dict[str, Any]]:
-    rows = []
-    for step in steps:
-        fns: dict[str, Fn] = {"step": step.with_fcall, "without": step.without}
-        fns["alone"] = step.swap_alone
-        if step.alone_base is not None:
-            fns["alone base"] = step.alone_base
-        times = rounds(fns, count, budget_s)
-        row: dict[str, Any] = {
-            "step": step.name,
-            "swaps": step.swaps,
-            "without": median(times["without"]),
-            "with": median(times["step"]),
-            "alone": difference(times["alone"], times.get("alone base", [0.0] * count)),
-            "diff": difference(times["step"], times["without"]),
-        }
-        rows.append(row)
-        print_step(row)
-    return rows
+STEPS = [dqn, maml, ensemble, sweep]
 
 
-def print_step(row: dict[str, Any]) -> None:
-    print(f"\n{row['step']} ({row['swaps']} swap(s) a step)")
-    print(
-        f"  {'without ms':>10}{'step ms':>10}{'swap alone us':>15}{'share':>8}"
-        f"{'step-without us':>17}{'share':>8}"
-    )
-    print(
-        f"  {row['without'] * 1e3:>10.3f}{row['with'] * 1e3:>10.3f}"
-        f"{row['alone'] * 1e6:>15.1f}{row['alone'] / row['with'] * 100:>7.2f}%"
-        f"{row['diff'] * 1e6:>17.1f}{row['diff'] / row['with'] * 100:>7.2f}%"
-    )
+def step_row(step: Step, rounds: int, budget_s: float) -> dict[str, float]:
+    fns: dict[str, Fn] = {"step": step.with_fcall, "without": step.without}
+    fns["alone"] = step.swap_alone
+    if step.alone_base is not None:
+        fns["alone base"] = step.alone_base
+    numbers = {name: h.calls_in(fn, budget_s) for name, fn in fns.items()}
+    times, _ = h.rounds_of(fns, rounds, numbers)
+    alone = h.difference(times["alone"], times.get("alone base", [0.0] * rounds))
+    diff = h.difference(times["step"], times["without"])
+    with_fcall = h.median(times["step"])
+    return {
+        "swaps": step.swaps,
+        "without, ms": h.median(times["without"]) * 1e3,
+        "step, ms": with_fcall * 1e3,
+        "swap alone, µs": alone * 1e6,
+        "share, %": alone / with_fcall * 100,
+        "step - without, µs": diff * 1e6,
+        "step - without, %": diff / with_fcall * 100,
+    }
 
 
-# ---------------------------------------------------------------------------- machinery
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rounds", type=int, help="default 21 (quick: 3)")
 
 
-class ParamsUnread(nn.Sequential):
-    """``Linear(4, 4)`` layers, two leaves each; ``forward`` reads none of them."""
-
-    def __init__(self, leaves: int) -> None:
-        super().__init__(*[nn.Linear(4, 4) for _ in range(leaves // 2)])
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x
-
-
-CELLS = [
-    ("swap", "TensorDict"),
-    ("swap", "flat dict"),
-    ("functional_call", "TensorDict"),
-    ("functional_call", "flat dict"),
-    ("to_module", "TensorDict"),
-]
-PEERS = {"swap": "torch.func machinery", "to_module": "torch.func machinery"}
-PEERS["functional_call"] = "torch.func.functional_call"
-
-
-def parameters(model: nn.Module, container: str) -> Any:
-    td = fcall.from_module(model).detach().clone().apply(nn.Parameter)
-    return td if container == "TensorDict" else {".".join(k): v for k, v in td.items(True, True)}
-
-
-def machinery_fn(api: str, model: nn.Module, params: Any, x: torch.Tensor) -> Fn:
-    if api == "swap":
-
-        def run() -> Any:
-            with fcall.swap(params, model):
-                pass
-
-    elif api == "to_module":
-
-        def run() -> Any:
-            with fcall.to_module(params, model):
-                pass
-
-    elif api == "functional_call":
-
-        def run() -> Any:
-            return fcall.functional_call(model, params, (x,))
-
-    elif api == "torch.func machinery":
-
-        def run() -> Any:
-            with _reparametrize_module(model, params):
-                pass
-
-    elif api == "torch.func.functional_call":
-
-        def run() -> Any:
-            return torch.func.functional_call(model, params, (x,))
-
-    else:
-        raise ValueError(api)
-    return run
-
-
-def machinery_rows(sizes: list[int], count: int, budget_s: float) -> list[dict[str, Any]]:
-    x = torch.randn(8, 4)
-    rows = []
-    for leaves in sizes:
-        fns: dict[str, Fn] = {}
-        for peer in sorted(set(PEERS.values())):
-            model = ParamsUnread(leaves)
-            fns[peer] = machinery_fn(peer, model, parameters(model, "flat dict"), x)
-        for api, container in CELLS:
-            model = ParamsUnread(leaves)
-            cell = f"{api} | {container}"
-            fns[cell] = machinery_fn(api, model, parameters(model, container), x)
-            warm(fns[cell])
-        times = rounds(fns, count, budget_s)
-        row: dict[str, Any] = {"leaves": leaves}
-        for peer in set(PEERS.values()):
-            row[peer] = median(times[peer])
-        for api, container in CELLS:
-            cell = f"{api} | {container}"
-            row[cell] = {
-                "us": median(times[cell]) * 1e6,
-                "ratio": paired(times[cell], times[PEERS[api]]),
-            }
-        rows.append(row)
-        print_machinery(row)
-    return rows
-
-
-def print_machinery(row: dict[str, Any]) -> None:
-    print(f"\neager, {row['leaves']} leaves, Parameter values (median per swap + restore)")
-    for peer in sorted(set(PEERS.values())):
-        print(f"  {peer + ' | flat dict':<40}{row[peer] * 1e6:>10.1f} us")
-    print(f"  {'':<34}{'us':>10}{'ratio':>9}")
-    for api, container in CELLS:
-        cell = row[f"{api} | {container}"]
-        print(
-            f"  {api + ' | ' + container:<34}{cell['us']:>10.1f}{cell['ratio']:>8.3f}x"
-            f"  (peer: {PEERS[api]})"
-        )
-
-
-# ---------------------------------------------------------------------------- main
-
-
-def describe() -> str:
-    def git(*args: str) -> str:
-        found = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
-        return found.stdout.strip()
-
-    dirty = " (+ uncommitted changes in fcall/)" if git("status", "--porcelain", "fcall") else ""
-    return (
-        f"{datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC, commit "
-        f"{git('rev-parse', '--short', 'HEAD')}{dirty}, torch {torch.__version__}, "
-        f"Python {platform.python_version()}, {torch.get_num_threads()} thread"
-    )
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="a smoke run, under 30 s")
-    args = parser.parse_args(argv)
-    torch.set_num_threads(1)
-    torch.manual_seed(0)
-    count = 3 if args.quick else 21
-    started = time.perf_counter()
-    print(describe())
-    print("\n1. The eager swap's share of realistic steps (CPU, median of interleaved rounds)")
-    builders = [dqn, maml, ensemble, sweep]
-    step_rows([build() for build in builders], count, 0.02 if args.quick else 0.15)
-    print("\n2. Eager machinery: fcall / torch.func (target <= 0.25x)")
-    machinery_rows([100, 1000], count, 0.003 if args.quick else 0.03)
-    print(f"\n{time.perf_counter() - started:.0f} s")
-
-
-if __name__ == "__main__":
-    main()
+def run(args: argparse.Namespace, record: h.Recorder) -> None:
+    rounds = args.rounds or (3 if args.quick else 21)
+    table = record.results.setdefault("the eager swap's share of each step", {})
+    for build in STEPS:
+        step = build()
+        name = f"{step.name} ({step.swaps})"
+        table[name] = step_row(step, rounds, 0.02 if args.quick else 0.15)
+        h.print_rows(step.name, {name: table[name]}, table[name])
+        record.save()

@@ -1,7 +1,7 @@
-"""``benchmarks/matrix.py --quick`` runs and reports every cell of the matrix (no timing
-is asserted: the machine's load decides the numbers). One subprocess for the module, under
-a minute on two cores (tiny sizes, three rounds, aot_eager only), so it stays in the normal
-suite; it runs the benchmark as a user would, outside pytest's process."""
+"""``python -m benchmarks matrix --quick`` runs and reports every cell of the matrix (no
+timing is asserted: the machine's load decides the numbers). One subprocess for the module,
+about a minute on two cores (tiny sizes, three rounds, aot_eager only), so it stays in the
+normal suite: CI's smoke run of the benchmarks, run as a user would, outside pytest."""
 
 import json
 import pathlib
@@ -11,15 +11,15 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import matrix  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from benchmarks import _harness, _report, matrix  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict]:
     out = tmp_path_factory.mktemp("matrix") / "quick.json"
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "matrix.py"), "--quick", "--out", str(out)],
+        [sys.executable, "-m", "benchmarks", "matrix", "--quick", "--out", str(out)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -52,13 +52,17 @@ def test_quick_mode_prints_and_records_every_cell_beside_its_peer(quick_run):
     assert all(compiled[cell]["guard_ratio"] > 0 for cell in matrix.CELLS)  # beside the peer
     for name, values in compiled.items():  # CPU seconds, and the wall time beside them
         assert values["compile_s"] > 0 and values["compile_wall_s"] > 0, name
-    assert set(results["guards"]) == {"4", "16"}
+    assert set(results["eager"]) == set(results["guards"]) == {"4", "16"}  # sizes apart
     assert results["extremes"]["compiled aot_eager @ 4"]["slowest"][0] in matrix.CELLS
+    meta = results["meta"]
+    assert meta["suite"] == "matrix" and meta["complete"] and meta["quick"]
+    assert len(meta["parts"]) == 4  # eager and guards at two sizes, a process each
 
 
 def test_the_markdown_tables_have_a_row_per_cell(quick_run):
     _, results = quick_run
-    text = matrix.markdown(results)
+    text = _report.markdown("matrix", results)
+    assert text.startswith("Run of ") and "a `--quick` run" in text.splitlines()[0]
     for cell in matrix.CELLS:
         row = next(
             line
@@ -77,13 +81,14 @@ def test_merge_writes_the_sections_of_several_runs_as_one(quick_run, tmp_path, c
     for path, part in zip(paths, (eager, compiled)):
         path.write_text(json.dumps(part))
     out = tmp_path / "merged.json"
-    merged = matrix.merge([str(p) for p in paths], str(out), None, draw=False)  # no matplotlib
+    command = [sys.executable, "-m", "benchmarks", "merge", *map(str, paths), "--out", str(out)]
+    subprocess.run(command, cwd=ROOT, check=True, capture_output=True)
+    merged = json.loads(out.read_text())
     assert merged["eager"] == results["eager"]
     assert merged["compiled aot_eager"] == results["compiled aot_eager"]
     assert merged["extremes"] == results["extremes"] and len(merged["meta"]["parts"]) == 2
-    assert json.loads(out.read_text()) == merged
     assert merged["meta"]["commits"] == [results["meta"]["commit"]]
-    paths[1].write_text(json.dumps({**compiled, "meta": {**results["meta"], "commit": "other"}}))
-    merged = matrix.merge([str(p) for p in paths], str(out), None, draw=False)
+    other = {**compiled, "meta": {**results["meta"], "commit": "other"}}
+    merged = _harness.merge([eager, other])
     assert merged["meta"]["commits"] == sorted([results["meta"]["commit"], "other"])
     assert capsys.readouterr().out.count("different commits") == 1

@@ -1,4 +1,4 @@
-"""``benchmarks/parameter_cost.py``: every eager cell runs, and the checks that a cache of
+"""``python -m benchmarks parameter_cost``: every eager cell runs, and the checks that a cache of
 Parameter wrappers would need (what its "cache at best" row times) catch each way a block
 can leave its mark on a wrapper, so the row times checks that would be enough."""
 
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "benchmarks"))
-import parameter_cost  # noqa: E402
+sys.path.insert(0, str(ROOT))
+from benchmarks import parameter_cost  # noqa: E402
 
 
 def test_every_eager_cell_runs():
