@@ -88,7 +88,7 @@ def swap_beside_torch_func() -> dict[str, dict[str, float]]:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--rounds", type=int, help="default 9 (quick: 2)")
+    parser.add_argument("--rounds", type=int, help="default 9 (quick: 1)")
     parser.add_argument("--child", choices=("without", "with", "swap"), help=argparse.SUPPRESS)
 
 
@@ -100,7 +100,7 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
         record.results["child"] = child(args.child == "with")
         return
     runs: dict[str, list[dict[str, float]]] = {"without": [], "with": []}
-    for _ in range(args.rounds or (2 if args.quick else 9)):
+    for _ in range(args.rounds or (1 if args.quick else 9)):
         for flag, into in runs.items():
             into.append(h.child("side_effects", ["--child", flag], quiet=True)["child"])
     row = {}
