@@ -11,11 +11,11 @@ import re
 import pytest
 import tensordict
 import torch
-from support import Tied, Untied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
+from tests.support import Tied, Untied, assert_same_state, state
 
 BACKENDS = ["eager", "aot_eager"]
 

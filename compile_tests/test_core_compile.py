@@ -13,7 +13,6 @@ import re
 import pytest
 import tensordict.base
 import torch
-from support import Counter, Net, Tied, assert_same_state, flat, state
 from tensordict import TensorDict
 from torch import nn
 from torch._dynamo.exc import Unsupported
@@ -21,6 +20,7 @@ from torch._dynamo.exc import Unsupported
 import fcall
 from fcall import _plan_cache
 from fcall.testing import check_swap_parity
+from tests.support import Counter, Net, Tied, assert_same_state, flat, state
 
 BACKENDS = ["eager", "aot_eager"]
 

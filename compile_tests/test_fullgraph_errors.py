@@ -16,13 +16,13 @@ import re
 
 import pytest
 import torch
-from support import Net, assert_same_state, state
 from tensordict import TensorDict
-from test_errors import UNKNOWN  # the eager message, pinned there
 from torch._dynamo.exc import Unsupported
 
 import fcall
 from fcall._errors import UnknownKey
+from tests.support import Net, assert_same_state, state
+from tests.test_errors import UNKNOWN  # the eager message, pinned there
 
 NOT_A_TENSOR = (
     "fcall.{api}: the value at 'lin.bias' is a int, expected a torch.Tensor. Only tensors "

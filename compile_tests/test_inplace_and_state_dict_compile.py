@@ -15,8 +15,13 @@ import re
 
 import pytest
 import torch
-from support import assert_same_state, state
-from test_inplace_and_state_dict import (
+from torch import nn
+from torch._dynamo.exc import Unsupported
+
+import fcall
+from fcall import _engine
+from tests.support import assert_same_state, state
+from tests.test_inplace_and_state_dict import (
     SAVED_AND_MODIFIED,
     DoublesWeight,
     doubled,
@@ -24,11 +29,6 @@ from test_inplace_and_state_dict import (
     mlp,
     state_dict_block,
 )
-from torch import nn
-from torch._dynamo.exc import Unsupported
-
-import fcall
-from fcall import _engine
 
 BACKENDS = ["eager", "aot_eager"]
 

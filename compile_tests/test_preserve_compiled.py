@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import assert_same_state, state
 from torch import nn
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 import fcall
+from tests.support import assert_same_state, state
 
 
 class Flags(nn.Module):

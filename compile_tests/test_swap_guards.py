@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import Sliced, Tied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 import fcall
+from tests.support import Sliced, Tied, assert_same_state, state
 
 
 class TwoBuffers(nn.Module):

@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("torchrl", reason="torchrl is not installed (the torchrl nox stack has it)")
 
-import torchrl_losses as trl
+from tests import torchrl_losses as trl
 
 pytestmark = [pytest.mark.filterwarnings(w) for w in trl.FILTERWARNINGS]
 

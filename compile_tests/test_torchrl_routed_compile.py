@@ -13,10 +13,10 @@ import pytest
 import torch
 import torch._dynamo
 import torch._inductor.config
-import torchrl_routed as trl
 from torch._dynamo.utils import counters
 
 import fcall
+from tests import torchrl_routed as trl
 
 pytestmark = [pytest.mark.filterwarnings(w) for w in trl.FILTERWARNINGS]
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from _dist_workers import WORLD, close, outcome
 from torch import nn
+
+from tests._dist_workers import WORLD, close, outcome
 
 
 def net() -> nn.Module:

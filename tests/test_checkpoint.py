@@ -8,7 +8,6 @@ written at world size 1 read at 2 and the other way round, swapped in eager and 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,7 @@ import torch.distributed.checkpoint as dcp
 from torch import nn
 
 import fcall
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from _checkpoint_workers import full_state, inputs, net, snapshot, twin_output
+from tests._checkpoint_workers import full_state, inputs, net, snapshot, twin_output
 
 pytestmark = pytest.mark.filterwarnings("ignore:torch.distributed is disabled:UserWarning")
 
@@ -191,8 +187,7 @@ def ranks(tmp_path_factory):
 
     if not dist.is_available():
         pytest.fail("torch built without distributed")
-    import _checkpoint_workers
-    import _dist_workers
+    from tests import _checkpoint_workers, _dist_workers
 
     tmp = tmp_path_factory.mktemp("dcp")
     os.environ["FCALL_CHECKPOINT_TMP"] = str(tmp)

@@ -12,11 +12,11 @@ import sys
 import pytest
 import tensordict.base
 import torch
-from support import assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
+from tests.support import assert_same_state, state
 
 
 def _model() -> nn.Module:

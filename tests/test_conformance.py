@@ -12,12 +12,12 @@ import re
 import pytest
 import tensordict
 import torch
-from support import Tied, Untied, assert_same_state, state
 from tensordict import TensorDict
 from torch import nn
 from torch.nn.utils import parametrize
 
 import fcall
+from tests.support import Tied, Untied, assert_same_state, state
 
 UNCHANGED = "The module was left unchanged."
 

@@ -20,12 +20,11 @@ pytestmark = [
 ]
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="module")
 def results():
-    import _dist_workers
+    from tests import _dist_workers
 
     per_rank = _dist_workers.launch(_dist_workers.all_jobs, timeout=240)
     for rank, result in enumerate(per_rank):

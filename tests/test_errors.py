@@ -12,15 +12,15 @@ from collections.abc import Callable
 
 import pytest
 import torch
-from support import (
-    Net,
-    assert_same_state,
-    state,
-)
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
+from tests.support import (
+    Net,
+    assert_same_state,
+    state,
+)
 
 
 def values_before(module: nn.Module) -> TensorDict:

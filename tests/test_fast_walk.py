@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import assert_same_state, state
 from torch import nn
 
 import fcall
 from fcall import _flatten
+from tests.support import assert_same_state, state
 
 
 def model() -> nn.Module:

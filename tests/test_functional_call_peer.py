@@ -11,10 +11,10 @@ import re
 
 import pytest
 import torch
-from support import assert_same_state, state
 from torch import nn
 
 import fcall
+from tests.support import assert_same_state, state
 
 CALLS = {"torch.func": torch.func.functional_call, "fcall": fcall.functional_call}
 

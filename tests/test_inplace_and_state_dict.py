@@ -10,10 +10,10 @@ import re
 
 import pytest
 import torch
-from support import assert_same_state, state
 from torch import nn
 
 import fcall
+from tests.support import assert_same_state, state
 
 # torch's own message, raised by backward (eager) when the restore has overwritten a
 # tensor that forward saved.

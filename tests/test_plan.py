@@ -6,15 +6,15 @@ import re
 
 import pytest
 import torch
-from support import (
-    flat,
-)
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
 from fcall import _plan_cache
 from fcall._flatten import OldValues
+from tests.support import (
+    flat,
+)
 
 
 def _params(module: nn.Module, fill: float) -> TensorDict:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import assert_same_state, state
 from torch import nn
 
 import fcall
+from tests.support import assert_same_state, state
 
 
 def plain_values(m: nn.Module) -> dict[str, torch.Tensor]:

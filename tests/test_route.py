@@ -14,11 +14,11 @@ import tensordict
 import tensordict.nn
 import tensordict.nn.params
 import torch
-from support import assert_same_state, state
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 import fcall
+from tests.support import assert_same_state, state
 
 
 def _patched_names() -> dict:

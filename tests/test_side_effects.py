@@ -13,10 +13,10 @@ import sys
 import textwrap
 
 import torch
-from support import Sliced
 
 import fcall
 from fcall import _plan_cache
+from tests.support import Sliced
 
 
 def test_import_and_use_leave_torch_and_tensordict_as_they_were():

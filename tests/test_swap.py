@@ -6,7 +6,11 @@ import re
 
 import pytest
 import torch
-from support import (
+from tensordict import TensorDict
+from torch import nn
+
+import fcall
+from tests.support import (
     Counter,
     Net,
     Tied,
@@ -15,10 +19,6 @@ from support import (
     key,
     state,
 )
-from tensordict import TensorDict
-from torch import nn
-
-import fcall
 
 # --- from_module ---------------------------------------------------------------------------
 

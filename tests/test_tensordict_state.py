@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import (
-    assert_same_state,
-    state,
-)
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
+from tests.support import (
+    assert_same_state,
+    state,
+)
 
 
 def model() -> nn.Module:

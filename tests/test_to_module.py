@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import (
+from tensordict import TensorDict
+from torch import nn
+
+import fcall
+from tests.support import (
     Counter,
     Tied,
     assert_same_state,
     state,
 )
-from tensordict import TensorDict
-from torch import nn
-
-import fcall
 
 
 class Net(nn.Module):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support import Net, Tied, flat
 from tensordict import TensorDict
 from torch import nn
 
 import fcall
 from fcall import _flatten, _plan
 from fcall._traced import plan_while_tracing
+from tests.support import Net, Tied, flat
 
 
 def _summary(plan: _plan.Plan) -> tuple:

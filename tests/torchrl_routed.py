@@ -22,19 +22,29 @@ from tensordict import TensorDict, TensorDictBase
 from torchrl.data import Bounded
 from torchrl.modules import MLP, Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, TD3Loss
-from torchrl_losses import (
-    ACTIONS,
-    FILTERWARNINGS,
-    GAMMA,
-    HIDDEN,
-    OBS,
-    dqn_batch,
-    dqn_loss,
-    sac_batch,
-    sac_loss,
-)
 
 import fcall
+
+try:
+    from tests import torchrl_losses as _losses
+except ModuleNotFoundError:
+    # imported as the top-level module torchrl_routed, with tests/ itself on sys.path and
+    # not the repository root (as benchmarks/ does): no package tests to import
+    import torchrl_losses as _losses  # type: ignore[no-redef]
+
+ACTIONS, FILTERWARNINGS, GAMMA, HIDDEN, OBS = (
+    _losses.ACTIONS,
+    _losses.FILTERWARNINGS,
+    _losses.GAMMA,
+    _losses.HIDDEN,
+    _losses.OBS,
+)
+dqn_batch, dqn_loss, sac_batch, sac_loss = (
+    _losses.dqn_batch,
+    _losses.dqn_loss,
+    _losses.sac_batch,
+    _losses.sac_loss,
+)
 
 LOSSES = ["dqn", "double_dqn", "sac", "ddpg", "td3"]
 __all__ = ["FILTERWARNINGS", "LOSSES", "backed_by", "make_batch", "make_loss", "run", "total"]
