@@ -278,7 +278,11 @@ def test_a_slot_deleted_in_a_compiled_block_is_restored(counter, api, name):
         # eager and as torch.func registers it again
         for key, value in objects.items():
             assert (m._buffers if key == "rb" else m._parameters)[key] is value
-        order = ["bias", "weight"] if name == "weight" else ["weight", "bias"]
+        # (to_module registers every name it wrote back again, in the params' order, as
+        # tensordict's restore does)
+        order = (
+            ["bias", "weight"] if name == "weight" and api != "to_module" else ["weight", "bias"]
+        )
         assert list(m._parameters) == order and list(m._buffers) == ["rb"]
         assert not any(key in m.__dict__ for key in objects)
     assert cnt.frame_count == (2 if walks else 1)
@@ -482,11 +486,12 @@ def test_a_swap_inside_a_block_that_untied_names_compiles_as_eager(counter, step
     fn = torch.compile(_untying_steps()[step], backend=cnt, fullgraph=True)
     p, q = params()
     expected = _untying_steps()[step](m, p, q, idx)
-    assert_same_state(m, before)
+    assert_same_state(m, before, in_any_order=True)  # to_module moved head.weight last
+    after_eager = state(m)
     torch.testing.assert_close(fn(m, p, q, idx), expected)
-    assert_same_state(m, before)
+    assert_same_state(m, after_eager)  # the order of every dict included
     with torch.compiler.set_stance("fail_on_recompile"):
         p, q = params()
         torch.testing.assert_close(fn(m, p, q, idx), _untying_steps()[step](m, p, q, idx))
-    assert_same_state(m, before)
+    assert_same_state(m, after_eager)
     assert cnt.frame_count == 1

@@ -16,6 +16,7 @@ from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prep
 from ._kinds import Mode
 from ._plan import Plan, StalePlan, build
 from ._plan_cache import forget, plan_for
+from ._registration import reregister_as_given
 from ._tensordict_module import into_tensordict_module
 from ._traced import plan_while_tracing
 
@@ -176,7 +177,9 @@ def _to_module(
     if mode is not INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, plan, leaves)
         if undone is not None:  # to_module(old, module): put everything back in its place
+            undone.reorder_in = None  # in the order of `params`, as tensordict writes them
             current = restore(undone)
+            reregister_as_given(undone.plan, module, plan.names[: plan.given])
             if not return_swap:
                 return None
             out: TensorDictBase | None = _old_tensordict(plan, leaves, current[: undone.plan.given])
@@ -184,6 +187,8 @@ def _to_module(
             return out
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
     swap = swap or prepare(plan, leaves, mode, api, non_blocking, defer=swap_dest is None)
+    if swap.strategy is None:  # tensordict's order and hooks (FSDP2 copies into shards)
+        swap.reorder_in = module
     if swap.deferred:  # the old values are read while writing: the OldValues come after
         commit(swap)
         return _attached_old_values(swap, module) if return_swap else None

@@ -24,6 +24,7 @@ from ._flatten import Leaves
 from ._inplace import check_inplace, copy_inplace
 from ._kinds import Entry, Mode, SlotKind
 from ._plan import Plan, StalePlan, read_slots
+from ._registration import reregister
 from ._slot_values import (
     parameter_for_a_buffer,
     parameters_track_gradients,
@@ -66,6 +67,7 @@ class Swap:
         "old",
         "orders",
         "plan",
+        "reorder_in",
         "strategy",
         "targets",
     )
@@ -85,6 +87,9 @@ class Swap:
         self.done = False  # restored already: a second restore must not undo later swaps
         self.deferred = False  # commit reads the old values (and converts) in its write loop
         self.strategy: Strategy | None = None  # set by _distributed for FSDP2 trees
+        # to_module's swaps: the module whose dicts get tensordict's registration order,
+        # on commit and on restore (fcall/_registration.py); None: the order is kept
+        self.reorder_in: nn.Module | None = None
 
     def old_given(self) -> list[Any]:
         return self.old[: self.plan.given]
@@ -138,6 +143,8 @@ def commit(swap: Swap) -> None:
         if swap.targets is not None:
             swap.orders = [(slot, list(slot)) for slot in _dicts_left(swap.plan, swap.targets)]
         _write(swap.plan, swap.new, swap.targets)
+    if swap.reorder_in is not None:
+        reregister(swap.plan, swap.reorder_in, swap.targets, swap.new)
 
 
 def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
@@ -213,6 +220,8 @@ def restore(swap: Swap) -> list[Any]:
     plan = swap.plan
     if swap.mode is INPLACE:
         copy_inplace(plan, swap.old, swap.non_blocking)
+        if swap.reorder_in is not None:
+            reregister(plan, swap.reorder_in, None, [])
         return []
     changed = False  # some slot holds another value than the swap put there
     if swap.targets is None and plan.traced:
@@ -234,6 +243,8 @@ def restore(swap: Swap) -> list[Any]:
         # arg-type: a dead reference (the RNN dropped during the swap) fails here, as always.
         # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.
         _reset_rnn_flat_weights(rnn())  # type: ignore[arg-type]
+    if swap.reorder_in is not None:
+        reregister(plan, swap.reorder_in, None, [])
     if changed:
         _write_back(swap, current)
         for now in current:  # `is`, not `GONE in current`: traced on torch 2.12, that
@@ -272,6 +283,8 @@ def reapply(swap: Swap, current: list[Any]) -> None:
     and the swap can be restored again."""
     _write(swap.plan, current, swap.targets)
     swap.new = current
+    if swap.reorder_in is not None:
+        reregister(swap.plan, swap.reorder_in, swap.targets, current)
     swap.done = False
 
 

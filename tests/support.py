@@ -76,15 +76,28 @@ def state(module: nn.Module, remove_duplicate: bool = False) -> list:
     return out
 
 
-def assert_same_state(module: nn.Module, before: list, remove_duplicate: bool = False) -> None:
+def assert_same_state(
+    module: nn.Module, before: list, remove_duplicate: bool = False, in_any_order: bool = False
+) -> None:
+    """``module`` holds the very objects of ``before``, in the same slots, in the same order;
+    ``in_any_order``: each dict's order aside (``to_module`` moves the names it writes to the
+    end of their dict, as tensordict's does; tests/test_to_module.py pins that order against
+    tensordict's)."""
     after = state(module, remove_duplicate)
     assert len(after) == len(before)
+    if in_any_order:
+        after, before = _by_slot(after), _by_slot(before)
     for a, b in zip(after, before):
         for x, y in zip(a, b, strict=True):
             if torch.is_tensor(x) or torch.is_tensor(y):
                 assert x is y, (a[:3], b[:3])
             else:
                 assert x == y, (a, b)
+
+
+def _by_slot(state: list) -> list:
+    """``state`` sorted by (path, where, key): stable, so other rows keep their place."""
+    return sorted(state, key=lambda row: (row[0], row[1], row[2] if row[1] in ("p", "b") else ""))
 
 
 class Untied(nn.Module):

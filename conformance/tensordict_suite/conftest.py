@@ -125,12 +125,6 @@ _LAZY_LEGACY = (
     "etc.; fcall.TensorDictParams wraps exact TensorDict trees only and refuses it (TypeError "
     "naming .to_tensordict())"
 )
-_REGISTRATION_ORDER = (
-    "a known divergence, not outside the API (docs/conformance.md): tensordict's to_module "
-    "re-registers each swapped name (it moves to the end of _parameters/_buffers and torch's "
-    "global registration hooks run); fcall writes the slot in place, so the order inside the "
-    "block is the module's own and no registration hook runs"
-)
 _OUTSIDE_API: dict[str, str] = {
     **{
         f"{_M}{name}": _LAZY_LEGACY
@@ -144,12 +138,6 @@ _OUTSIDE_API: dict[str, str] = {
             "test_unsqueeze_legacy[1-td_params-device]",
             "test_view_legacy[td_params-device]",
         )
-    },
-    **{
-        f"test_td_nn.py::TestToModule::test_partial_swap_registration_order[{ids}]": (
-            _REGISTRATION_ORDER
-        )
-        for ids in ("False-True", "False-False", "True-True", "True-False")
     },
     "test_td_mp.py::TestFCD::test_modules[False]": _FIRST_CLASS_DIMS,
     "test_td_mp.py::TestFCD::test_modules[True]": _FIRST_CLASS_DIMS,
