@@ -172,7 +172,13 @@ def _to_module(
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
     plan, leaves = _resolve(
-        params, module, api, tie_weights=False, strict=False, make_parameters=mode is PRESERVE
+        params,
+        module,
+        api,
+        tie_weights=False,
+        strict=False,
+        make_parameters=mode is PRESERVE,
+        group_by_dict=True,
     )
     if mode is not INPLACE and swap_dest is None:
         undone = _exact_inverse(params, module, plan, leaves)
@@ -305,9 +311,10 @@ def _resolve(
     tie_weights: bool,
     strict: bool,
     make_parameters: bool = False,
+    group_by_dict: bool = False,
 ) -> tuple[Plan, _flatten.Leaves]:
     """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``.
-    ``make_parameters``: see ``plan_while_tracing``."""
+    ``make_parameters``, ``group_by_dict``: see ``plan_while_tracing``."""
     # The one is_compiling() check of a swap: past it, plan.traced tells.
     if torch.compiler.is_compiling():
         traced = plan_while_tracing(
@@ -317,6 +324,7 @@ def _resolve(
             tie_weights=tie_weights,
             strict=strict,
             make_parameters=make_parameters,
+            group_by_dict=group_by_dict,
         )
         if traced is not None:
             return traced

@@ -24,7 +24,7 @@ from ._flatten import Leaves
 from ._inplace import check_inplace, copy_inplace
 from ._kinds import Entry, Mode, SlotKind
 from ._plan import Plan, StalePlan, read_slots
-from ._registration import reregister
+from ._registration import reregister, reregister_restored
 from ._slot_values import (
     parameter_for_a_buffer,
     parameters_track_gradients,
@@ -220,8 +220,8 @@ def restore(swap: Swap) -> list[Any]:
     plan = swap.plan
     if swap.mode is INPLACE:
         copy_inplace(plan, swap.old, swap.non_blocking)
-        if swap.reorder_in is not None:
-            reregister(plan, swap.reorder_in, None, [])
+        if swap.reorder_in is not None:  # copies: every slot holds what it held
+            reregister_restored(plan, swap.reorder_in, False)
         return []
     changed = False  # some slot holds another value than the swap put there
     if swap.targets is None and plan.traced:
@@ -244,7 +244,7 @@ def restore(swap: Swap) -> list[Any]:
         # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.
         _reset_rnn_flat_weights(rnn())  # type: ignore[arg-type]
     if swap.reorder_in is not None:
-        reregister(plan, swap.reorder_in, None, [])
+        reregister_restored(plan, swap.reorder_in, changed)
     if changed:
         _write_back(swap, current)
         for now in current:  # `is`, not `GONE in current`: traced on torch 2.12, that

@@ -38,6 +38,7 @@ class Plan:
         "buffer_leaves",
         "chain",
         "checks",
+        "dict_groups",
         "direct",
         "distributed",
         "entries",
@@ -91,6 +92,8 @@ class Plan:
         # the leaf, before the rest of the module is guarded
         self.preserved: list[Any] | None = None
         self.distributed: Any = None  # set by _distributed on first use
+        # traced to_module: the names written into each dict (fcall/_registration.py)
+        self.dict_groups: list[tuple[dict, list[str]]] | None = None
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
         self.traced = False  # built while Dynamo traces: used in that trace only, never cached

@@ -15,6 +15,7 @@ run no hook.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from torch import nn
@@ -28,11 +29,37 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     hooks on each Parameter written; ``targets``: the dict each value went into, when
     some value changed dict; ``new``: what each slot received (a hook's result replaces
     its value there)."""
-    if targets is None:
-        slots = [entry.slot for entry in plan.entries]
-        _reregister(plan, module, slots, list(range(len(slots))), new, False)
+    order = range(len(plan.entries))
+    if targets is None and not plan.traced and not plan.repeated:
+        # Eager: tensordict's `del d[k]; d[k] = v`, name by name (cheaper than finding out
+        # whether it changes the order)
+        for slot, name in plan.pairs:
+            slot[name] = slot.pop(name)
+    elif targets is None:  # traced: the walk grouped the names (fcall/_traced.py), or here
+        if plan.dict_groups is None or plan.has_attributes or plan.repeated:
+            plan.dict_groups = _groups(plan, order, None)
+        for slot, names in plan.dict_groups:
+            if names:
+                _move_to_end(slot, names)
     else:
-        _reregister(plan, module, targets, list(range(len(targets))), new, True)
+        for slot, names in _groups(plan, order, targets):
+            _move_to_end(slot, names)
+    if _global_parameter_registration_hooks:
+        slots = [entry.slot for entry in plan.entries] if targets is None else targets
+        _run_hooks(plan, unwrap(module)[0], slots, order, new)
+
+
+def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
+    """``reregister`` after a restore; ``changed``: some slot held another value than the
+    swap had put there (a slot deleted in the block comes back at the end of its dict).
+    Unchanged, the names written are still last in their dicts, in order (the commit put
+    them there, the restore wrote in place): only the hooks run."""
+    if not changed:
+        if _global_parameter_registration_hooks:
+            slots = [entry.slot for entry in plan.entries]
+            _run_hooks(plan, unwrap(module)[0], slots, range(len(slots)), [])
+        return
+    reregister(plan, module, None, [])
 
 
 def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None:
@@ -40,37 +67,34 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     slots, in the order of the names ``given`` (those of ``old``), as tensordict writes
     them."""
     index = {name: i for i, name in enumerate(plan.names)}
-    slots = [entry.slot for entry in plan.entries]
-    _reregister(plan, module, slots, [index[name] for name in given], [], False)
-
-
-def _reregister(
-    plan: Plan,
-    module: nn.Module,
-    slots: list[dict],
-    order: list[int],
-    new: list[Any],
-    compare_slots: bool,
-) -> None:
-    order = [i for i in order if i not in plan.repeated]  # tensordict writes a slot once
-    start = 0
-    for at in range(1, len(order) + 1):  # each run of entries in one dict
-        if at == len(order) or not _same_dict(plan, slots, order[start], order[at], compare_slots):
-            _move_to_end(slots[order[start]], [plan.entries[i].name for i in order[start:at]])
-            start = at
+    order = [index[name] for name in given]
+    for slot, names in _groups(plan, order, None):
+        _move_to_end(slot, names)
     if _global_parameter_registration_hooks:
-        _run_hooks(plan, unwrap(module)[0], slots, order, new)
+        slots = [entry.slot for entry in plan.entries]
+        _run_hooks(plan, unwrap(module)[0], slots, order, [])
 
 
-def _same_dict(plan: Plan, slots: list[dict], i: int, j: int, compare_slots: bool) -> bool:
-    if compare_slots:  # some value changed dict (_engine._targets compared the dicts)
-        return slots[i] is slots[j]
-    # Traced, `d1 is d2` on two module dicts reads their tensors into guarded graph inputs
-    # (the old ones too): the owner's name and the kind of slot are constants.
-    first, second = plan.entries[i], plan.entries[j]
-    return first.kind is second.kind and (
-        plan.names[i].rpartition(".")[0] == plan.names[j].rpartition(".")[0]
-    )
+def _groups(plan: Plan, order: Sequence[int], targets: list[dict] | None) -> list:
+    """The names written into each dict, in ``order``: ``[(dict, [names])]``.
+
+    The order of a dict after the moves depends only on those: the other names keep
+    theirs, before them. A dict is told from the others by its owner's name and the kind
+    of slot, constants (traced, ``id()`` of a module's dict guards on it, and ``d1 is d2``
+    reads its tensors into guarded graph inputs), and whether the value left the slot's
+    dict (``targets``: ``_engine._targets`` compared them already)."""
+    by_dict: dict[tuple, tuple[dict, list[str]]] = {}
+    for index in order:
+        if index in plan.repeated:
+            continue  # a submodule at two paths: tensordict writes its slot once
+        entry = plan.entries[index]
+        moved = targets is not None and targets[index] is not entry.slot
+        key = (plan.names[index].rpartition(".")[0], entry.kind, moved)
+        group = by_dict.get(key)
+        if group is None:
+            by_dict[key] = group = (entry.slot if targets is None else targets[index], [])
+        group[1].append(entry.name)
+    return list(by_dict.values())
 
 
 def _move_to_end(slot: dict, run: list[str]) -> None:
@@ -83,8 +107,12 @@ def _move_to_end(slot: dict, run: list[str]) -> None:
         slot[name] = slot.pop(name)
 
 
-def _run_hooks(plan: Plan, root: nn.Module, slots: list[dict], order: list[int], new: list) -> None:
+def _run_hooks(
+    plan: Plan, root: nn.Module, slots: list[dict], order: Sequence[int], new: list
+) -> None:
     for index in order:
+        if index in plan.repeated:
+            continue
         slot, name = slots[index], plan.entries[index].name
         value = slot[name]
         if not isinstance(value, nn.Parameter):

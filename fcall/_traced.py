@@ -39,15 +39,20 @@ def plan_while_tracing(
     tie_weights: bool,
     strict: bool,
     make_parameters: bool = False,
+    group_by_dict: bool = False,
 ) -> tuple[Plan, Leaves] | None:
     """The plan and leaves of ``params`` for ``module``, or ``None`` to take the generic path.
     With ``make_parameters`` (``to_module``'s ``PRESERVE``), the walk also makes the Parameter
-    that each plain value bound for a parameter slot becomes (``plan.preserved``)."""
+    that each plain value bound for a parameter slot becomes (``plan.preserved``). With
+    ``group_by_dict`` (``to_module``), the names written into each dict
+    (``plan.dict_groups``, ``fcall/_registration.py``)."""
     root, _ = unwrap(module)
     items = _items(params, in_tensordict=False)
     if items is None:
         return None
     plan, leaves = Plan(), Leaves(params, api)
+    if group_by_dict:
+        plan.dict_groups = []
     if make_parameters:
         plan.preserved = []
         with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
@@ -99,12 +104,14 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
             node = _node_at(prefix, nodes, plan)
             if node is None:
                 return False
-        _, attributes, parameters, buffers, parameter_names, _ = node
+        _, attributes, parameters, buffers, parameter_names, _, written, _ = node
         if not prefix:
             plan.root_dicts = (parameters, buffers)  # the root owns a key
         # slot_of, inline: a traced call per leaf costs more than these lines
         if name in parameter_names:
             entries.append(new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER)))
+            if written is not None:
+                written.append(name)
         elif not _add_other(node, name, len(values), plan):
             return False
         if made is not None:
@@ -135,22 +142,41 @@ def _node(owner: nn.Module, plan: Plan) -> list:
     ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``).
     The buffer names (last) are read when a name is not a parameter's: each dict read
     is two guards (its type and its keys) on every call, and most modules' keys are
-    all parameters."""
+    all parameters. With ``plan.dict_groups`` (to_module), the names written into each dict
+    (last two), for ``fcall/_registration.py``."""
     if isinstance(owner, nn.RNNBase):
         plan.rnns.append(weakref.ref(owner))
     parameters, buffers = owner._parameters, owner._buffers
-    return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None]
+    groups = plan.dict_groups
+    if groups is None:
+        return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None, None, None]
+    written_parameters: list[str] = []
+    written_buffers: list[str] = []
+    groups.append((parameters, written_parameters))
+    groups.append((buffers, written_buffers))
+    return [
+        owner,
+        owner.__dict__,
+        parameters,
+        buffers,
+        tuple(parameters),
+        None,
+        written_parameters,
+        written_buffers,
+    ]
 
 
 def _add_other(node: list, name: str, index: int, plan: Plan) -> bool:
     """A name that is not one of the node's parameters (the rest of ``slot_of``, a call
     only for these): a buffer's entry, the module's buffer names read on first need, else
     a plain tensor attribute's, or ``False``."""
-    owner, attributes, _, buffers, _, buffer_names = node
+    owner, attributes, _, buffers, _, buffer_names, _, written = node
     if buffer_names is None:
         node[5] = buffer_names = tuple(buffers)
     if name in buffer_names:
         plan.entries.append(new_entry(Entry, (buffers, name, index, attributes, SlotKind.BUFFER)))
+        if written is not None:
+            written.append(name)
         return True
     return _add_attribute(owner, name, index, plan)
 
@@ -171,7 +197,7 @@ def _visit(
 ) -> bool:
     """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
     node = _node(owner, plan)
-    _, attributes, parameters, buffers, parameter_names, _ = node
+    _, attributes, parameters, buffers, parameter_names, _, written, _ = node
     entries, names, made = plan.entries, plan.names, plan.preserved
     owns_a_key = False
     for name, value in items:
@@ -182,6 +208,8 @@ def _visit(
                 entries.append(
                     new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER))
                 )
+                if written is not None:
+                    written.append(name)
             elif not _add_other(node, name, len(values), plan):
                 return False
             if made is not None:
