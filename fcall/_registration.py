@@ -4,13 +4,12 @@ tensordict's ``to_module`` writes each name as ``del d[name]; d[name] = value``,
 name it writes (and its restore writes back) moves to the end of its dict, and torch's
 global parameter registration hooks run for each Parameter it writes
 (``torch.nn.modules.module.register_module_parameter_registration_hook``; a hook's
-result replaces the value). ``fcall.to_module`` does the same, after its writes: each
-run of consecutive entries in one dict is moved to the end of that dict, unless the
-dict already ends with those names in that order (then the moves would change
-nothing; while tracing, this is decided on the order Dynamo sees, and leaves the
-module's dicts untouched, so no dict is rebuilt after the graph). ``swap`` and
-``functional_call`` write in place, as ``torch.func`` does: they keep the order and
-run no hook.
+result replaces the value). ``fcall.to_module`` does the same, after its writes: in
+eager each name written is popped and set again, in order; while tracing, the names
+written into each dict are moved only if the dict does not already end with them, in
+that order (decided on the order Dynamo sees: a dict left as it was is not rebuilt
+after the graph). ``swap`` and ``functional_call`` write in place, as ``torch.func``
+does: they keep the order and run no hook.
 """
 
 from __future__ import annotations
@@ -30,11 +29,15 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     some value changed dict; ``new``: what each slot received (a hook's result replaces
     its value there)."""
     order = range(len(plan.entries))
-    if targets is None and not plan.traced and not plan.repeated:
+    if not plan.traced and not plan.repeated:
         # Eager: tensordict's `del d[k]; d[k] = v`, name by name (cheaper than finding out
         # whether it changes the order)
-        for slot, name in plan.pairs:
-            slot[name] = slot.pop(name)
+        if targets is None:
+            for slot, name in plan.pairs:
+                slot[name] = slot.pop(name)
+        else:
+            for target, (_, name) in zip(targets, plan.pairs):
+                target[name] = target.pop(name)
     elif targets is None:  # traced: the walk grouped the names (fcall/_traced.py), or here
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
@@ -97,13 +100,13 @@ def _groups(plan: Plan, order: Sequence[int], targets: list[dict] | None) -> lis
     return list(by_dict.values())
 
 
-def _move_to_end(slot: dict, run: list[str]) -> None:
+def _move_to_end(slot: dict, names: list[str]) -> None:
     # tuple(slot), not list(slot): traced, the list's items are the dict's (lazy) entries,
     # and comparing them reads the module's own tensors into guarded graph inputs
     keys = tuple(slot)
-    if keys[len(keys) - len(run) :] == tuple(run):
+    if keys[len(keys) - len(names) :] == tuple(names):
         return  # already last, in this order: the moves would leave the dict as it is
-    for name in run:
+    for name in names:
         slot[name] = slot.pop(name)
 
 

@@ -58,6 +58,11 @@ CASES = {
         {"preserve_module_state": False},
     ),
     "inplace": (linear, lambda m: TensorDict(weight=torch.ones(2, 3)), {"inplace": True}),
+    "value_changes_dict": (  # a plain tensor for a Parameter: a plain attribute in the block
+        linear,
+        lambda m: TensorDict(bias=nn.Parameter(torch.ones(2)), weight=torch.ones(2, 3)),
+        {"preserve_module_state": False},
+    ),
 }
 
 
