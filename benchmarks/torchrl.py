@@ -32,14 +32,15 @@ import torch
 
 from . import _harness as h
 
-sys.path[:0] = [str(h.ROOT / "tests"), str(h.ROOT / "examples")]
+sys.path[:0] = [str(h.ROOT), str(h.ROOT / "examples")]  # the package tests; the examples
 LIBRARIES = ("tensordict", "fcall")
 
 
 def loss_cells(name: str, backend: str) -> tuple[dict[str, h.Fn], dict[str, Any]]:
     """``forward`` and ``step`` of one compiled loss per library, warmed up; counters."""
-    import torchrl_routed as trl
     from torch._dynamo.testing import CompileCounterWithBackend
+
+    from tests import torchrl_routed as trl
 
     fns: dict[str, h.Fn] = {}
     counters = {}
@@ -65,7 +66,7 @@ def loss_cells(name: str, backend: str) -> tuple[dict[str, h.Fn], dict[str, Any]
 
 
 def losses(args: argparse.Namespace, rounds: int, calls: int) -> dict[str, dict]:
-    import torchrl_routed as trl
+    from tests import torchrl_routed as trl
 
     table: dict[str, dict] = {}
     for name in args.losses:
@@ -136,7 +137,7 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
     if importlib.util.find_spec("torchrl") is None:
         print("torchrl: skipped, torchrl is not installed (the TorchRL stack: noxfile.py)")
         return
-    import torchrl_routed as trl
+    from tests import torchrl_routed as trl
 
     warnings.filterwarnings("ignore")
     quick = args.quick

@@ -3,7 +3,7 @@
 No torch global hook, no mark written into a module, no tensordict method replaced; a
 model whose forward slices its layer list (transformers' Llama, Mistral, Qwen, ...)
 keeps its cached plan between swaps. The speed side is measured by
-``benchmarks/side_effects.py``, beside a process without fcall.
+``python -m benchmarks side_effects``, beside a process without fcall.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 or on stock tensordict: DQN, DoubleDQN, SAC, DDPG and TD3 with tiny networks.
 
 Shared by ``compile_tests/test_torchrl_routed_compile.py`` and
-``benchmarks/torchrl_losses.py``; the DQN and SAC losses and the batches are
+``benchmarks/torchrl.py``; the DQN and SAC losses and the batches are
 ``tests/torchrl_losses.py``'s. Importing it skips the importing test module when
 torchrl is not installed.
 """
@@ -24,13 +24,7 @@ from torchrl.modules import MLP, Actor, ValueOperator
 from torchrl.objectives import DDPGLoss, LossModule, TD3Loss
 
 import fcall
-
-try:
-    from tests import torchrl_losses as _losses
-except ModuleNotFoundError:
-    # imported as the top-level module torchrl_routed, with tests/ itself on sys.path and
-    # not the repository root (as benchmarks/ does): no package tests to import
-    import torchrl_losses as _losses  # type: ignore[no-redef]
+from tests import torchrl_losses as _losses
 
 ACTIONS, FILTERWARNINGS, GAMMA, HIDDEN, OBS = (
     _losses.ACTIONS,
