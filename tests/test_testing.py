@@ -132,6 +132,16 @@ def test_passes_for_every_api_with_grads_and_train_mode_buffers(api: str) -> Non
     assert str(report).startswith(f"swap parity ({api}, 3 param set(s)): OK\n  eager: 1 graph(s)")
 
 
+def test_to_module_passes_where_it_registers_names_again() -> None:
+    # A partial set (tensordict's params hold no None bias): to_module moves `weight` after
+    # `bias`, as tensordict's does; the order eager leaves is the compiled runs' reference.
+    model = nn.Sequential(nn.Linear(3, 4, bias=False), nn.Tanh(), nn.Linear(4, 2))
+    given = [fcall.from_module(model).detach().apply(torch.randn_like) for _ in range(2)]
+    report = check_swap_parity(model, given, torch.randn(5, 3), api="to_module", backends=FAST)
+    assert list(model[0]._parameters) == ["bias", "weight"]
+    assert all(b.graphs == 1 and not b.recompiles for b in report.backends)
+
+
 @pytest.mark.parametrize("container", ["dict", "tensordictparams"])
 def test_passes_with_other_containers(container: str) -> None:
     model = Net()

@@ -126,8 +126,17 @@ def module_slots(module: nn.Module) -> list[Slot]:
     return out
 
 
-def restore_problem(before: list[Slot], after: list[Slot]) -> str | None:
-    """How the module's slots differ from before the swaps (objects, types, flags)."""
+def restore_problem(
+    before: list[Slot], after: list[Slot], order: list[str] | None = None
+) -> str | None:
+    """How the module's slots differ from before the swaps (objects, types, flags), and
+    their order from ``order`` (``to_module`` registers the names it writes again, at the
+    end of their dict, as tensordict's does: the order eager left), else from before's."""
+    if order is not None:
+        if [s.path for s in after] != order:
+            return "the order of the module's parameters and buffers differs from eager's"
+        before = sorted(before, key=lambda s: s.path)
+        after = sorted(after, key=lambda s: s.path)
     if [s.path for s in before] != [s.path for s in after]:
         gone = sorted({s.path for s in before} - {s.path for s in after})
         new = sorted({s.path for s in after} - {s.path for s in before})

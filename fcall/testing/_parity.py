@@ -166,7 +166,11 @@ def check_swap_parity(
     slots = _compare.module_slots(model)
     initial = _compare.values_of(slots)
     eager = [_run(step, _compare.copy_set(p), args, model, check_grads, initial) for p in sets]
-    problem = _compare.restore_problem(slots, _compare.module_slots(model))
+    after = _compare.module_slots(model)
+    # to_module registers the names it writes again, as tensordict's: eager's order is the
+    # reference for the compiled runs; swap and functional_call keep the module's own
+    order = [slot.path for slot in after] if api == "to_module" else None
+    problem = _compare.restore_problem(slots, after, order)
     if problem is not None:
         raise ParityError(Failure.RESTORE, f"eager, after the swaps: {problem}")
     breaks: list[GraphBreak] = []
@@ -185,7 +189,7 @@ def check_swap_parity(
         for backend in backends:
             _compare.put_values(slots, initial)
             checker = _Checker(
-                model, step, sets, args, eager, slots, initial, check_grads, atol, rtol
+                model, step, sets, args, eager, slots, order, initial, check_grads, atol, rtol
             )
             limit = max(torch._dynamo.config.recompile_limit, max_recompiles + 2)
             with torch._dynamo.config.patch(recompile_limit=limit):
@@ -204,6 +208,7 @@ class _Checker:
     args: tuple[Any, ...]
     eager: list[_Result]
     slots: list[_compare.Slot]
+    order: list[str] | None  # to_module: the order eager left (restore_problem)
     initial: dict[str, torch.Tensor]
     check_grads: bool
     atol: float | None
@@ -238,7 +243,8 @@ class _Checker:
                     set_index=i,
                 )
             worst = max(worst, self._compare(got, self.eager[i], name, i))
-        problem = _compare.restore_problem(self.slots, _compare.module_slots(self.model))
+        after = _compare.module_slots(self.model)
+        problem = _compare.restore_problem(self.slots, after, self.order)
         if problem is not None:
             raise ParityError(Failure.RESTORE, f"after the swaps: {problem}", backend=name)
         return BackendReport(name, first_graphs, breaks, tuple(recompiles), worst)
