@@ -6,7 +6,8 @@ in-place copies), and ``commit`` writes. In the common cases prepare defers the
 reading and the Parameter conversion to commit's write loop (one pass instead of
 three), and commit undoes its own writes if a conversion fails. ``restore`` puts back the
 very objects that were there, in their slots and in their order, and writes a
-buffer that ``forward`` reassigned back into the params container.
+buffer that ``forward`` reassigned back into the params container. For ``to_module``,
+commit and restore then give the dicts tensordict's order (``fcall/_registration.py``).
 
 The modes (``Mode`` in ``fcall/_kinds.py``): ``AS_IS`` for ``swap`` /
 ``functional_call``; ``PRESERVE``, ``REPLACE`` and ``INPLACE`` for ``to_module``;
