@@ -47,9 +47,7 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     else:
         for slot, names in _groups(plan, order, targets):
             _move_to_end(slot, names)
-    if _global_parameter_registration_hooks:
-        slots = [entry.slot for entry in plan.entries] if targets is None else targets
-        _run_hooks(plan, unwrap(module)[0], slots, order, new)
+    _run_hooks(plan, module, targets, order, new)
 
 
 def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
@@ -57,12 +55,10 @@ def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
     swap had put there (a slot deleted in the block comes back at the end of its dict).
     Unchanged, the names written are still last in their dicts, in order (the commit put
     them there, the restore wrote in place): only the hooks run."""
-    if not changed:
-        if _global_parameter_registration_hooks:
-            slots = [entry.slot for entry in plan.entries]
-            _run_hooks(plan, unwrap(module)[0], slots, range(len(slots)), [])
-        return
-    reregister(plan, module, None, [])
+    if changed:
+        reregister(plan, module, None, [])
+    else:
+        _run_hooks(plan, module, None, range(len(plan.entries)), [])
 
 
 def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None:
@@ -73,9 +69,7 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     order = [index[name] for name in given]
     for slot, names in _groups(plan, order, None):
         _move_to_end(slot, names)
-    if _global_parameter_registration_hooks:
-        slots = [entry.slot for entry in plan.entries]
-        _run_hooks(plan, unwrap(module)[0], slots, order, [])
+    _run_hooks(plan, module, None, order, [])
 
 
 def _groups(plan: Plan, order: Sequence[int], targets: list[dict] | None) -> list:
@@ -111,8 +105,15 @@ def _move_to_end(slot: dict, names: list[str]) -> None:
 
 
 def _run_hooks(
-    plan: Plan, root: nn.Module, slots: list[dict], order: Sequence[int], new: list
+    plan: Plan, module: nn.Module, targets: list[dict] | None, order: Sequence[int], new: list
 ) -> None:
+    """Torch's global parameter registration hooks on each Parameter written, in ``order``
+    (``targets``: the dict each value went into); a hook's result replaces the value, in
+    its slot and in ``new``. Nothing to do, and nothing read, when no hook is registered."""
+    if not _global_parameter_registration_hooks:
+        return
+    root = unwrap(module)[0]
+    slots = [entry.slot for entry in plan.entries] if targets is None else targets
     for index in order:
         if index in plan.repeated:
             continue

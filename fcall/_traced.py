@@ -148,7 +148,7 @@ def _node(owner: nn.Module, plan: Plan) -> list:
         plan.rnns.append(weakref.ref(owner))
     parameters, buffers = owner._parameters, owner._buffers
     groups = plan.dict_groups
-    if groups is None:
+    if groups is None:  # swap, functional_call: no lists made (each step is compile time)
         return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None, None, None]
     written_parameters: list[str] = []
     written_buffers: list[str] = []
