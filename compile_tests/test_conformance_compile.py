@@ -404,6 +404,37 @@ def test_a_parameter_for_a_buffer_is_registered_as_a_buffer_compiled(counter):
     assert cnt.frame_count == 1
 
 
+def test_parameters_that_require_grad_into_a_frozen_module_get_its_requires_grad_compiled(
+    counter,
+):
+    m = nn.Linear(2, 2).requires_grad_(False)
+    before = state(m)
+    held = {"weight": None, "bias": None}  # what the slots held in the block (replayed)
+
+    def f(p, x):
+        with fcall.to_module(p, m):
+            held["weight"], held["bias"] = m._parameters["weight"], m._parameters["bias"]
+            return m(x)
+
+    cnt = counter("eager")
+    fn = torch.compile(f, backend=cnt, fullgraph=True)
+    x = torch.randn(4, 2)
+    for call in range(2):
+        p = {"weight": nn.Parameter(torch.randn(2, 2)), "bias": nn.Parameter(torch.randn(2))}
+        with torch.compiler.set_stance("fail_on_recompile" if call else "default"):
+            y = fn(p, x)
+        peer = nn.Linear(2, 2).requires_grad_(False)
+        with TensorDict(p).to_module(peer):
+            expected = peer(x)
+            peer_weight = peer._parameters["weight"]
+        torch.testing.assert_close(y, expected)
+        assert y.requires_grad is expected.requires_grad is False
+        assert held["weight"].requires_grad is peer_weight.requires_grad is False
+        assert type(held["weight"]) is type(peer_weight) is nn.Parameter
+        assert_same_state(m, before, in_any_order=True)
+    assert cnt.frame_count == 1
+
+
 def test_deep_copies_of_a_tied_model_keep_their_ties_compiled(counter):
     import copy
 

@@ -11,14 +11,14 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from . import _distributed, _errors, _flatten, _peer_to_module
+from ._build import build, plan_while_tracing
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._kinds import Mode
-from ._plan import Plan, StalePlan, build
+from ._plan import Plan, StalePlan
 from ._plan_cache import forget, plan_for
 from ._registration import reregister_as_given
 from ._tensordict_module import into_tensordict_module
-from ._traced import plan_while_tracing
 
 Params = TensorDictBase | Mapping[str, Any]
 
@@ -192,12 +192,9 @@ def _to_module(
             attach_redo(out, undone, current)  # `with`: on exit, the swap is back in
             return out
     swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
-    swap = swap or prepare(plan, leaves, mode, api, non_blocking, defer=swap_dest is None)
+    swap = swap or prepare(plan, leaves, mode, api, non_blocking)
     if swap.strategy is None:  # tensordict's order and hooks (FSDP2 copies into shards)
         swap.reorder_in = module
-    if swap.deferred:  # the old values are read while writing: the OldValues come after
-        commit(swap)
-        return _attached_old_values(swap, module) if return_swap else None
     # swap_dest is written first: a failure there leaves the module untouched
     out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
     commit(swap)
@@ -382,18 +379,11 @@ def _old_values(
 def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> TensorDict:
     # Lazy in eager and under Dynamo alike: tracing one TensorDict per submodule
     # that nobody reads would cost more compile time than the rest of the swap.
-    if plan.names_are_keys:  # built while tracing (fcall/_traced.py): no layout yet
+    if plan.names_are_keys:  # built while tracing (fcall/_build.py): no layout yet
         return _flatten.old_values(None, plan.names[: plan.given], old)
     if plan.layout is None:
         plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
     return _flatten.old_values(plan.layout, None, old, leaves.signature)
-
-
-def _attached_old_values(swap: Swap, module: nn.Module) -> TensorDict:
-    """The old values of a swap already made, as a TensorDict that restores it in ``with``."""
-    out = _old_tensordict(swap.plan, swap.leaves, swap.old_given())
-    attach(out, swap, module)
-    return out
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:

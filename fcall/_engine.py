@@ -2,11 +2,10 @@
 
 A swap runs in two steps so that the module is never left half-swapped:
 ``prepare`` reads the old values, decides what each slot receives (and checks
-in-place copies), and ``commit`` writes. In the common cases prepare defers the
-reading and the Parameter conversion to commit's write loop (one pass instead of
-three), and commit undoes its own writes if a conversion fails. ``restore`` puts back the
-very objects that were there, in their slots and in their order, and writes a
-buffer that ``forward`` reassigned back into the params container. For ``to_module``,
+in-place copies): anything that can fail fails there. ``commit`` writes, in one loop
+(``_write``). ``restore`` puts back the very objects that were there, in their slots and
+in their order, in one loop, and writes a buffer that ``forward`` reassigned back into
+the params container. For ``to_module``,
 commit and restore then give the dicts tensordict's order (``fcall/_registration.py``).
 
 The modes (``Mode`` in ``fcall/_kinds.py``): ``AS_IS`` for ``swap`` /
@@ -24,14 +23,9 @@ from . import _errors
 from ._flatten import Leaves
 from ._inplace import check_inplace, copy_inplace
 from ._kinds import Entry, Mode, SlotKind
-from ._plan import Plan, StalePlan, read_slots
+from ._plan import Plan, read_slots
 from ._registration import reregister, reregister_restored
-from ._slot_values import (
-    parameter_for_a_buffer,
-    parameters_track_gradients,
-    preserved,
-    registered_values,
-)
+from ._slot_values import registered_values
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
 
@@ -59,7 +53,6 @@ class Swap:
     """One applied swap, with what it takes to undo it."""
 
     __slots__ = (
-        "deferred",
         "done",
         "leaves",
         "mode",
@@ -86,7 +79,6 @@ class Swap:
         # (dict, its key order) of each dict a value left (sharded: the FSDP modules)
         self.orders: list[Any] = []
         self.done = False  # restored already: a second restore must not undo later swaps
-        self.deferred = False  # commit reads the old values (and converts) in its write loop
         self.strategy: Strategy | None = None  # set by _distributed for FSDP2 trees
         # to_module's swaps: the module whose dicts get tensordict's registration order,
         # on commit and on restore (fcall/_registration.py); None: the order is kept
@@ -96,31 +88,19 @@ class Swap:
         return self.old[: self.plan.given]
 
 
-def prepare(
-    plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool, defer: bool = True
-) -> Swap:
-    """Decide what each slot receives; nothing is written.
-
-    With ``defer``, the common cases leave reading the old values (and, for
-    ``PRESERVE``, the Parameter conversion) to commit's write loop: one pass
-    instead of three. Commit then undoes its own writes if a conversion fails.
-    The caller must not need the old values before commit.
-    """
+def prepare(plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool) -> Swap:
+    """Read the old values and decide what each slot receives; nothing is written.
+    ``StalePlan`` if a cached plan names a slot that is gone."""
     swap = Swap(plan, mode, leaves, non_blocking)
     values = leaves.values
     if mode is INPLACE:
         swap.old = check_inplace(plan, values, api)
         swap.new = [values[entry.leaf] for entry in plan.entries[: plan.given]]
         return swap
-    if defer and not plan.has_attributes:
-        if mode is AS_IS:
-            swap.new = values if plan.direct else [values[entry.leaf] for entry in plan.entries]
-            swap.deferred = True
-            return swap
-        if mode is PRESERVE and plan.direct and not plan.traced:
-            swap.new = values
-            swap.deferred = True
-            return swap
+    # Traced, `slot[name]` is Dynamo's unread (lazy) entry of the module's dict: the old
+    # tensor is neither a graph input nor guarded, and restore writes that same entry back,
+    # so the dict is left as Dynamo found it and nothing is replayed after the call
+    # (fcall/README.md, where the code bends to Dynamo).
     swap.old = read_slots(plan)
     if mode is PRESERVE:
         swap.new = registered_values(plan, values, swap.old)
@@ -138,8 +118,6 @@ def commit(swap: Swap) -> None:
         return swap.strategy.commit(swap)
     if swap.mode is INPLACE:
         copy_inplace(swap.plan, swap.new, swap.non_blocking)
-    elif swap.deferred:
-        _write_reading_old(swap)
     else:
         if swap.targets is not None:
             swap.orders = [(slot, list(slot)) for slot in _dicts_left(swap.plan, swap.targets)]
@@ -162,52 +140,14 @@ def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
     return left
 
 
-def _write(plan: Plan, values: list[Any], targets: list[dict] | None = None) -> None:
-    """Write ``values`` into the plan's slots, in order (fewer values: the first slots);
-    with ``targets``, a value whose target is another dict moves there."""
-    if targets is None:
-        for (slot, name), value in zip(plan.pairs, values):
-            slot[name] = value
-    else:
-        for entry, target, value in zip(plan.entries, targets, values):
-            _move(entry.slot, target, entry.name, value)
-
-
-def _write_reading_old(swap: Swap) -> None:
-    """Commit's deferred loop: read each old value, convert (``PRESERVE``, eager only) and
-    write; on any failure undo the writes made, a ``KeyError`` becoming ``StalePlan``.
-
-    Traced, ``slot[name]`` is Dynamo's unread (lazy) entry of the module's dict: the old
-    tensor is neither a graph input nor guarded, and writing that same entry back on
-    restore leaves the dict as Dynamo found it, so nothing is replayed after the call
-    (``fcall/README.md``, where the code bends to Dynamo)."""
-    try:
-        if swap.mode is AS_IS or (
-            parameters_track_gradients(swap.plan, swap.new)
-            and not parameter_for_a_buffer(swap.plan, swap.new)
-        ):
-            old = swap.old
-            for (slot, name), value in zip(swap.plan.pairs, swap.new):
-                old.append(slot[name])
-                slot[name] = value
-        else:
-            swap.new = _write_preserving(swap)
-    except BaseException as error:
-        _write(swap.plan, swap.old)  # the first slots get their old values back
-        if isinstance(error, KeyError):  # a name left its dict since the plan was built
-            raise StalePlan from None
-        raise
-
-
-def _write_preserving(swap: Swap) -> list[Any]:
-    # PRESERVE, direct, eager: read every old value, convert, then write (a KeyError or a
-    # failed conversion leaves nothing written; the caller makes it StalePlan / undoes)
-    plan, old = swap.plan, swap.old
-    old.extend([slot[name] for slot, name in plan.pairs])
-    new = preserved(plan, swap.new, old)
-    for (slot, name), value in zip(plan.pairs, new):
-        slot[name] = value
-    return new
+def _write(plan: Plan, values: list[Any], targets: list[dict] | None) -> None:
+    """The one write loop: each value into its slot (``targets``: the dict each value goes
+    into, when some value changes dict; a value that moves leaves its slot's dict)."""
+    for target, (slot, name), value in zip(targets or plan.slots, plan.pairs, values):
+        if target is not slot:
+            # pop, not del: a slot reached by two paths is moved once
+            slot.pop(name, None)
+        target[name] = value
 
 
 def restore(swap: Swap) -> list[Any]:
@@ -224,22 +164,30 @@ def restore(swap: Swap) -> list[Any]:
         if swap.reorder_in is not None:  # copies: every slot holds what it held
             reregister_restored(plan, swap.reorder_in, False)
         return []
-    changed = False  # some slot holds another value than the swap put there
-    if swap.targets is None and plan.traced:
-        current, changed = _put_back_traced(plan.pairs, swap.old, swap.new)
-    elif swap.targets is None:
-        current, changed = _put_back(plan.pairs, swap.old, swap.new)
-    else:
-        current = [target.get(name, GONE) for target, (_, name) in zip(swap.targets, plan.pairs)]
-        for (slot, name), target, old in zip(
-            reversed(plan.pairs), reversed(swap.targets), reversed(swap.old)
-        ):
-            _move(target, slot, name, old)
-        for slot, order in swap.orders:  # a value that left a dict comes back in its place
-            for key in order:
-                if key in slot:
-                    slot[key] = slot.pop(key)
-        changed = True
+    # The one restore loop: the very same objects back into their slots (a value that
+    # moved leaves the dict it went into; a slot deleted in the block is registered
+    # again), and what each slot held. `get`: a deleted slot is GONE (traced, a missing
+    # key in `d[name]` is a graph break, not a KeyError).
+    current = []
+    changed = swap.targets is not None  # some slot holds another value than the swap put
+    for target, (slot, name), old, new in zip(
+        swap.targets or plan.slots, plan.pairs, swap.old, swap.new
+    ):
+        now = target.get(name, GONE)
+        current.append(now)
+        if now is not new:  # forward reassigned it (a buffer), or deleted it
+            changed = True
+        if target is not slot:
+            target.pop(name, None)
+        slot[name] = old
+    if plan.repeated:  # a slot two entries name was read again after its restore
+        for index, first in plan.repeated.items():
+            current[index] = current[first]
+        changed = swap.targets is not None or any(a is not b for a, b in zip(current, swap.new))
+    for slot, order in swap.orders:  # a value that left a dict comes back in its place
+        for key in order:
+            if key in slot:
+                slot[key] = slot.pop(key)
     for rnn in plan.rnns:
         # arg-type: a dead reference (the RNN dropped during the swap) fails here, as always.
         # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.
@@ -289,44 +237,6 @@ def reapply(swap: Swap, current: list[Any]) -> None:
     swap.done = False
 
 
-def _put_back(pairs: list, old: list, new: list) -> tuple[list, bool]:
-    """Write the ``old`` values back into their slots. Returns what the slots held, and
-    whether some slot held another value than ``new`` (forward reassigned it)."""
-    entries = zip(pairs, old, new)
-    try:
-        for (slot, name), old_value, new_value in entries:
-            now = slot[name]
-            if now is not new_value:
-                break
-            slot[name] = old_value
-        else:
-            return new, False  # the common case: one read, one compare and one write per slot
-    except KeyError:  # the block deleted this slot: its old value is registered again
-        now = GONE
-    rest = list(entries)
-    current = new[: len(new) - 1 - len(rest)]  # the slots put back before the break
-    current.append(now)
-    slot[name] = old_value
-    for (slot, name), old_value, _ in rest:
-        current.append(slot.get(name, GONE))
-        slot[name] = old_value
-    return current, True
-
-
-def _put_back_traced(pairs: list, old: list, new: list) -> tuple[list, bool]:
-    """``_put_back`` while Dynamo traces: ``get``, since a missing key in ``slot[name]``
-    is a graph break there, not a ``KeyError``."""
-    current = []
-    changed = False
-    for (slot, name), old_value, new_value in zip(pairs, old, new):
-        now = slot.get(name, GONE)
-        current.append(now)
-        if now is not new_value:
-            changed = True
-        slot[name] = old_value
-    return current, changed
-
-
 def _reset_rnn_flat_weights(rnn: nn.RNNBase) -> None:
     """RNN/GRU/LSTM ``forward`` re-points ``_flat_weights`` at the swapped-in tensors
     (``RNNBase._weights_have_changed``): point it back at the module's own, or the module
@@ -344,16 +254,6 @@ def _write_back(swap: Swap, current: list[Any]) -> None:
                 holders = swap.leaves.holders()
             container, key = holders[swap.plan.entries[i].leaf]
             container[key] = current[i]
-
-
-def _move(source: dict, target: dict, name: str, value: Any) -> None:
-    if target is source:
-        source[name] = value
-        return
-    # pop, not del: a slot reached by two paths is moved once, and one deleted in the
-    # block is registered again
-    source.pop(name, None)
-    target[name] = value
 
 
 def _targets(plan: Plan, new: list, mode: Mode) -> list[dict] | None:

@@ -24,7 +24,7 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from . import _errors, _flatten
-from ._plan import _strip, owner_at, slot_of, unwrap
+from ._plan import owner_at, slot_of, strip, unwrap
 from ._ties import all_named_tensors, names_and_ties
 
 _MISSING = object()
@@ -63,7 +63,7 @@ def split(params: Any, module: nn.Module, api: str) -> Split:
     extras: list[Extra] = []
     unexpected: list[str] = []
     for key, value in zip(leaves.keys, leaves.values):
-        stripped = _strip(root, key, prefixes)
+        stripped = strip(root, key, prefixes)
         owner = owner_at(root, stripped[:-1])
         name = stripped[-1]
         if owner is not None and slot_of(owner, name) is not None:

@@ -25,10 +25,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from . import _errors
 from ._flatten import Key
 from ._kinds import Entry, SlotKind, new_entry
-from ._ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
+from ._ties import TieWatch
 
 
 class Plan:
@@ -54,6 +53,7 @@ class Plan:
         "repeated",
         "rnns",
         "root_dicts",
+        "slots",
         "tie_groups",
         "tie_sources",
         "traced",
@@ -70,12 +70,13 @@ class Plan:
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
         # Derived once by finish(), for the hot loops:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
+        self.slots: list[dict] = []  # the slot of each entry: where each value goes
         # leaf indexes of the parameter entries; None: every entry is a parameter
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
-        # entries whose slot an earlier entry names too (a submodule at two paths): they
-        # take the earlier one's value, and are never written back into params
-        self.repeated: frozenset[int] = frozenset()
+        # entry index -> the earlier entry that names its slot too (a submodule at two
+        # paths): it takes that one's value, and is never written back into params
+        self.repeated: dict[int, int] = {}
         # eager, tie_weights or strict: the slots the swap does not write, checked by
         # identity before each reuse (fcall/_ties.py): a tie made later rebuilds the plan
         self.watch: TieWatch | None = None
@@ -88,14 +89,14 @@ class Plan:
         self.rnns: list[weakref.ref[nn.RNNBase]] = []
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
         # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
-        # parameter slot: its Parameter), made by the walk (fcall/_traced.py) as it reaches
+        # parameter slot: its Parameter), made by the walk (fcall/_build.py) as it reaches
         # the leaf, before the rest of the module is guarded
         self.preserved: list[Any] | None = None
         self.distributed: Any = None  # set by _distributed on first use
         # traced to_module: the names written into each dict (fcall/_registration.py)
         self.dict_groups: list[tuple[dict, list[str]]] | None = None
         self.checks: list[tuple] = []  # what is_current compares, one row per module
-        self.names_are_keys = False  # built by fcall/_traced.py: no prefix was stripped
+        self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped
         self.traced = False  # built while Dynamo traces: used in that trace only, never cached
 
     def finish(self, cached: bool = True, strict: bool = True) -> Plan:
@@ -103,13 +104,14 @@ class Plan:
         ``is_current`` compares (a plan built under Dynamo is never reused; ``strict``:
         the plan was built for ``strict=True``, see ``_watched_buffers``)."""
         self.pairs = [(entry.slot, entry.name) for entry in self.entries]
+        self.slots = [entry.slot for entry in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
         if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
             self._find_repeated()
         if not cached:
             return self
-        # eager only: _engine's deferred loop
+        # eager only: _slot_values' bulk conversion
         parameter_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.PARAMETER]
         if len(parameter_leaves) != len(self.entries):
             self.parameter_leaves = parameter_leaves
@@ -140,19 +142,18 @@ class Plan:
         """A submodule registered at two paths gives two entries one slot: the first
         path's value goes in, as tensordict's ``to_module`` visits a module once. The
         later entries take the first one's leaf and are marked ``repeated``; they are
-        written and restored as plain entries (``has_attributes`` routes them off the
-        deferred loop and the dict copies)."""
+        written and restored as plain entries, never written back into params."""
         first: dict[tuple[int, str], int] = {}
-        repeated = []
+        repeated = {}
         for index in range(len(self.entries)):
             slot, name, _, attributes, kind = self.entries[index]
             seen = first.setdefault((id(slot), name), index)
             if seen != index:
                 leaf = self.entries[seen].leaf
                 self.entries[index] = new_entry(Entry, (slot, name, leaf, attributes, kind))
-                repeated.append(index)
+                repeated[index] = seen
         if repeated:
-            self.repeated = frozenset(repeated)
+            self.repeated = repeated
             self.has_attributes = True
             self.direct = False
 
@@ -227,106 +228,11 @@ def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
             return module, prefixes
 
 
-def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
-    root, prefixes = unwrap(module)
-    if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
-        raise RuntimeError(_errors.scripted_module(api, root))
-    if "_orig_mod" not in prefixes:
-        # Dynamo traces a torch.compile-d module as its _orig_mod: the wrapper is
-        # not seen there, so its prefix is accepted on any module (eager and
-        # compiled alike) when the module has no submodule of that name.
-        prefixes.append("_orig_mod")
-    plan = Plan()
-    seen_chain: set[Key] = set()
-    seen_owner: set[Key] = set()
-    for index in range(len(keys)):
-        stripped = _strip(root, keys[index], prefixes)
-        _add_entry(plan, root, module, stripped, index, api, seen_chain, seen_owner)
-    plan.given = len(plan.entries)
-    if len(set(plan.names)) != plan.given:
-        twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
-        raise KeyError(_errors.given_twice(api, twice))
-    complete(plan, root, module, api, tie_weights, strict, seen_chain, seen_owner)
-    cached = not torch.compiler.is_compiling()
-    plan.finish(cached=cached, strict=strict)
-    if cached and (tie_weights or strict):
-        plan.watch = TieWatch(root, plan.pairs)
-    return plan
-
-
-def complete(
-    plan: Plan,
-    root: nn.Module,
-    module: nn.Module,
-    api: str,
-    tie_weights: bool,
-    strict: bool,
-    seen_chain: set | None = None,
-    seen_owner: set | None = None,
-) -> None:
-    """Add the tied aliases of the given entries, and check ``strict``."""
-    if not (tie_weights or strict):
-        if torch.compiler.is_compiling():  # finish() must find a slot two entries name
-            plan.may_repeat_slots = has_shared_submodule(root, set())
-        return
-    names, tied = names_and_ties(all_named_tensors(root))
-    if tied:  # traced, finish() must still find a slot that two entries name
-        plan.may_repeat_slots = True
-    if tie_weights:
-        seen_chain = set() if seen_chain is None else seen_chain
-        seen_owner = set() if seen_owner is None else seen_owner
-        _add_tied_aliases(plan, root, module, tied, api, seen_chain, seen_owner)
-    if strict:
-        missing = sorted(set(names) - set(plan.names))
-        if missing:
-            raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
-
-
-def _strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
+def strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
     for prefix in prefixes:
         if len(key) > 1 and key[0] == prefix and prefix not in root._modules:
             key = key[1:]
     return key
-
-
-def _add_entry(
-    plan: Plan,
-    root: nn.Module,
-    module: nn.Module,
-    key: Key,
-    index: int,
-    api: str,
-    seen_chain: set,
-    seen_owner: set,
-) -> None:
-    # seen_chain / seen_owner hold paths, not id()s: traced, id(module) guards on the
-    # module object, and another instance of the same architecture would recompile.
-    owner = root
-    for depth in range(len(key) - 1):
-        part = key[depth]
-        child = owner._modules.get(part)
-        if child is None:
-            raise _errors.UnknownKey(_unknown(api, key, root, module))
-        path = key[: depth + 1]
-        if path not in seen_chain:
-            seen_chain.add(path)
-            plan.chain.append((owner._modules, part, child))
-        owner = child
-    name = key[-1]
-    found = slot_of(owner, name)
-    if found is None:
-        raise _errors.UnknownKey(_unknown(api, key, root, module))
-    slot, kind = found
-    if key[:-1] not in seen_owner:
-        seen_owner.add(key[:-1])
-        if owner is root:
-            plan.root_dicts = (owner._parameters, owner._buffers)
-        if isinstance(owner, nn.RNNBase):
-            plan.rnns.append(weakref.ref(owner))
-    plan.entries.append(Entry(slot, name, index, owner.__dict__, kind))
-    plan.names.append(".".join(key))
-    if kind is SlotKind.ATTRIBUTE:
-        plan.has_attributes = True
 
 
 def slot_of(owner: nn.Module, name: str) -> tuple[dict, SlotKind] | None:
@@ -351,35 +257,3 @@ def owner_at(root: nn.Module, path: Sequence[str]) -> nn.Module | None:
             return None
         owner = child
     return owner
-
-
-def _unknown(api: str, key: Key, root: nn.Module, module: nn.Module) -> str:
-    return _errors.unknown_key(api, key, type(root).__name__, list(all_named_tensors(root)))
-
-
-def _add_tied_aliases(
-    plan: Plan,
-    root: nn.Module,
-    module: nn.Module,
-    tied: tuple[tuple[str, ...], ...],
-    api: str,
-    seen_chain: set,
-    seen_owner: set,
-) -> None:
-    if not tied:
-        return
-    index_of_name = {name: i for i, name in enumerate(plan.names)}
-    for group in tied:
-        given = [index_of_name[name] for name in group if name in index_of_name]
-        if not given:
-            continue
-        if len(given) > 1:
-            plan.tie_sources.append([plan.entries[i].leaf for i in given])
-        source = plan.entries[given[0]].leaf
-        for name in group:
-            if name not in index_of_name:
-                index_of_name[name] = len(plan.entries)
-                key = tuple(name.split("."))
-                _add_entry(plan, root, module, key, source, api, seen_chain, seen_owner)
-        tied_entries = [plan.entries[index_of_name[name]] for name in group]
-        plan.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])

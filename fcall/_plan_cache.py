@@ -3,7 +3,7 @@
 A plan is looked up by the params' signature (their key structure), with
 ``tie_weights`` and ``strict``; the last one used is tried first. A cached plan is
 checked before each use (``Plan.is_current``) and rebuilt if the module changed. Under
-Dynamo nothing is cached: the plan is built in the trace (``fcall/_traced.py``).
+Dynamo nothing is cached: the plan is built in the trace (``fcall/_build.py``).
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 
 from torch import nn
 
+from ._build import build
 from ._flatten import Leaves
-from ._plan import Plan, build
+from ._plan import Plan
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: its _Cached plans. Not a WeakKeyDictionary: its get() is Python code,
@@ -59,7 +60,7 @@ def plan_for(
     module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
 ) -> Plan:
     """The cached plan of ``leaves`` in ``module`` (eager only: under Dynamo a plan is
-    built in the trace and never cached, see fcall/_traced.py)."""
+    built in the trace and never cached, see fcall/_build.py)."""
     signature = (leaves.signature, tie_weights, strict)
     cached = _cached(module)
     # The last swap's key first: equal tuples of the same names compare by identity,

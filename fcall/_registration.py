@@ -38,7 +38,7 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
         else:
             for target, (_, name) in zip(targets, plan.pairs):
                 target[name] = target.pop(name)
-    elif targets is None:  # traced: the walk grouped the names (fcall/_traced.py), or here
+    elif targets is None:  # traced: the walk grouped the names (fcall/_build.py), or here
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
         for slot, names in plan.dict_groups:

@@ -31,18 +31,6 @@ _make_subclass = torch.Tensor._make_subclass
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
 
 
-def parameters_track_gradients(plan: Plan, values: list[Any]) -> bool:
-    """Whether every value bound for a parameter slot requires grad (PRESERVE then puts
-    each value in as it is): one pass in C instead of a check per leaf in the loop."""
-    indexes = plan.parameter_leaves
-    try:
-        return all(
-            map(_REQUIRES_GRAD, values if indexes is None else map(values.__getitem__, indexes))
-        )
-    except AttributeError:  # a None value: the loop below knows what to do with it
-        return False
-
-
 def parameter_for_a_buffer(plan: Plan, values: list[Any]) -> bool:
     """Whether some value bound for a buffer slot is a Parameter (PRESERVE registers it
     as a buffer, as tensordict does)."""
@@ -85,14 +73,16 @@ def preserved(plan: Plan, values: list, old: list) -> list:
     return new
 
 
-_ONLY_TENSORS = {_Tensor}
+_ONLY_TENSORS, _ONLY_PARAMETERS = {_Tensor}, {_Parameter}
 
 
 def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
-    """``preserved`` for its common case, in C loops over the leaves (``map``) instead of
-    Python per leaf: every value bound for a parameter slot is a plain tensor that tracks
-    no gradient, every such slot holds a Parameter, and no buffer gets a Parameter.
-    ``None`` for anything else (the per-leaf loop then decides each leaf)."""
+    """``preserved`` for its common cases, in C loops over the leaves (``map``) instead of
+    Python per leaf, when no buffer gets a Parameter and every value bound for a
+    parameter slot is a plain tensor that tracks gradients (all go in as they are), or
+    a plain tensor that tracks none (each becomes a Parameter with its slot's
+    ``requires_grad``), or a Parameter whose ``requires_grad`` is its slot's (all go in
+    as they are). ``None`` for anything else (the per-leaf loop then decides each leaf)."""
     indexes = plan.parameter_leaves  # None: every entry is a parameter slot
     if indexes is None:
         bound, held = values, old
@@ -100,13 +90,19 @@ def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
         return None
     else:
         bound, held = list(map(values.__getitem__, indexes)), list(map(old.__getitem__, indexes))
-    if set(map(type, bound)) != _ONLY_TENSORS:
-        return None
-    if any(map(_REQUIRES_GRAD, bound)) or any(map(_is_batched, bound)):
-        return None
+    types = set(map(type, bound))
     try:
+        if types == _ONLY_PARAMETERS:
+            same = list(map(_REQUIRES_GRAD, bound)) == list(map(_REQUIRES_GRAD, held))
+            return values if same else None
+        if types != _ONLY_TENSORS:
+            return None
+        if all(map(_REQUIRES_GRAD, bound)):
+            return values  # they track gradients: a new Parameter would cut them off
+        if any(map(_REQUIRES_GRAD, bound)) or any(map(_is_batched, bound)):
+            return None
         requires_grad = list(map(_REQUIRES_GRAD, held))
-    except AttributeError:  # a slot holding None: the value goes in as it is
+    except AttributeError:  # a slot holding None: the per-leaf loop decides
         return None
     made = list(map(_make_subclass, repeat(_Parameter, len(bound)), bound, requires_grad))
     if indexes is None:
@@ -149,7 +145,7 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
 
 def preserved_value(value: Any, entry: Entry) -> Any:
     """What ``PRESERVE`` puts in ``entry``'s slot for ``value``, while tracing: what
-    ``_registered_per_entry`` makes, asked by the walk per leaf (``fcall/_traced.py``)."""
+    ``_registered_per_entry`` makes, asked by the walk per leaf (``fcall/_build.py``)."""
     slot, name, _, attributes, kind = entry
     if value is None:
         return value

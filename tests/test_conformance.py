@@ -395,6 +395,31 @@ def test_a_parameter_for_a_buffer_is_registered_as_a_buffer_like_tensordict():
         assert_same_state(ours, before)
 
 
+@pytest.mark.parametrize("frozen", ["module", "values"])
+def test_parameters_whose_requires_grad_is_not_the_slots_get_the_slots_like_tensordict(frozen):
+    # tensordict's rule (_maybe_preserve_module_state): a Parameter value whose
+    # requires_grad differs from the slot's goes in as a new Parameter with the slot's.
+    # All values Parameters that require grad, into a frozen module, took a shortcut
+    # that put them in as they were (the eager path only).
+    ours, peer = nn.Linear(2, 2), nn.Linear(2, 2)
+    if frozen == "module":
+        ours.requires_grad_(False), peer.requires_grad_(False)
+    values = {
+        "weight": nn.Parameter(torch.ones(2, 2), requires_grad=frozen == "module"),
+        "bias": nn.Parameter(torch.ones(2), requires_grad=frozen == "module"),
+    }
+    before = state(ours)
+    for _ in range(2):  # the second through the cached plan
+        with fcall.to_module(values, ours), TensorDict(values).to_module(peer):
+            for name in ("weight", "bias"):
+                got, want = ours._parameters[name], peer._parameters[name]
+                assert type(got) is type(want) is nn.Parameter
+                assert got.requires_grad == want.requires_grad == (frozen == "values")
+                assert (got is values[name]) == (want is values[name]) is False
+                assert got.data_ptr() == want.data_ptr() == values[name].data_ptr()
+        assert_same_state(ours, before, in_any_order=True)
+
+
 def test_swap_keeps_a_parameter_for_a_buffer_as_it_is_like_torch_func():
     m = nn.BatchNorm1d(2)
     value = nn.Parameter(torch.ones(2))

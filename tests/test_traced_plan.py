@@ -1,5 +1,5 @@
 """The plan built while Dynamo traces (one walk over params and module together,
-``fcall/_traced.py``) equals the generic plan, or defers to it.
+``fcall/_build.py``'s traced front) equals the plan of its key front, or defers to it.
 
 The walk does not depend on Dynamo, so it is compared with the generic build in
 eager; compile_tests/ check what it does under ``torch.compile``.
@@ -14,7 +14,7 @@ from torch import nn
 
 import fcall
 from fcall import _flatten, _plan
-from fcall._traced import plan_while_tracing
+from fcall._build import build, plan_while_tracing
 from tests.support import Net, Tied, flat
 
 
@@ -27,7 +27,7 @@ def _summary(plan: _plan.Plan) -> tuple:
 
 def _generic(params, module, tie_weights=True, strict=False):
     leaves = _flatten.flatten(params, "t")
-    plan = _plan.build(module, leaves.keys, "t", tie_weights=tie_weights, strict=strict)
+    plan = build(module, leaves.keys, "t", tie_weights=tie_weights, strict=strict)
     return plan, leaves
 
 

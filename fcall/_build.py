@@ -1,19 +1,23 @@
-"""The plan while Dynamo traces: one walk over params and the module tree together.
+"""The plan builder: every key of a params container to its slot in the module tree.
 
-In eager a plan is built once per key structure and cached (``_plan.py``). Under
-``torch.compile`` nothing is cached: Dynamo traces the build on every compile, so
-each Python step of it is compile time, per leaf. The generic path makes a key
-tuple per leaf, then walks the module tree from the root once per key. This walk
-visits each params node once, together with the module it names, and makes per
-leaf only the plan entry and its dotted name.
+One set of node functions (``_node``, ``_node_at``, ``_add_other``) finds a key's
+module and slot; two fronts feed them:
 
-A flat dict (``"0.weight"`` keys, as ``torch.func.functional_call`` takes) is
-walked key by key: each key's module is found once per dotted prefix.
+* ``build`` takes the key tuples of a flattened container. It serves eager (where
+  ``_plan_cache.py`` keeps the plan per key structure) and every case the traced walk
+  declines, and it raises the errors: an unknown key, a key given twice, a scripted
+  module, ``strict`` misses.
+* ``plan_while_tracing`` runs while Dynamo traces, where nothing is cached and every
+  Python step of the build is compile time, per leaf. It walks params and the module
+  tree together: each params node once, with the module it names, making per leaf only
+  the plan entry and its dotted name (no key tuples, no walk from the root per key). A
+  flat dict (``"0.weight"`` keys, as ``torch.func.functional_call`` takes) is walked
+  key by key, each key's module found once per dotted prefix. Anything unusual (a
+  dotted key in a nested node, a non-string key, a ``_orig_mod.``/``module.`` prefix, a
+  key the module does not have, a value that is neither a tensor nor a container)
+  returns ``None`` and ``build`` runs, raising the same errors as in eager.
 
-Anything unusual (a dotted key in a nested node, a non-string key, a
-``_orig_mod.``/``module.`` prefix, a key the module does not have, a value that is
-neither a tensor nor a container) returns ``None``, and the generic path runs,
-raising the same errors as in eager.
+``complete`` then adds the tied aliases and checks ``strict`` for both.
 """
 
 from __future__ import annotations
@@ -25,10 +29,102 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from ._flatten import Leaves, items_of, wrapped
+from . import _errors
+from ._flatten import Key, Leaves, items_of, wrapped
 from ._kinds import Entry, SlotKind, new_entry
-from ._plan import Plan, complete, slot_of, unwrap
+from ._plan import Plan, slot_of, strip, unwrap
 from ._slot_values import TRACEABLE_PARAMETER, preserved_value
+from ._ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
+
+PARAMETER = SlotKind.PARAMETER
+
+
+def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
+    """The plan of ``keys`` (the key tuples of a flattened container) for ``module``."""
+    root, prefixes = unwrap(module)
+    if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
+        raise RuntimeError(_errors.scripted_module(api, root))
+    if "_orig_mod" not in prefixes:
+        # Dynamo traces a torch.compile-d module as its _orig_mod: the wrapper is
+        # not seen there, so its prefix is accepted on any module (eager and
+        # compiled alike) when the module has no submodule of that name.
+        prefixes.append("_orig_mod")
+    plan = Plan()
+    # Per dotted prefix, its node: each module on a key's path is found (and recorded in
+    # plan.chain) once. Prefixes, not id()s: traced, id(module) guards on the module object,
+    # and another instance of the same architecture would recompile.
+    nodes = {"": _node(root, plan)}
+    for index in range(len(keys)):
+        _add_key(plan, nodes, root, strip(root, keys[index], prefixes), index, api)
+    plan.given = len(plan.entries)
+    if len(set(plan.names)) != plan.given:
+        twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
+        raise KeyError(_errors.given_twice(api, twice))
+    complete(plan, root, api, tie_weights=tie_weights, strict=strict, nodes=nodes)
+    cached = not torch.compiler.is_compiling()
+    plan.finish(cached=cached, strict=strict)
+    if cached and (tie_weights or strict):
+        plan.watch = TieWatch(root, plan.pairs)
+    return plan
+
+
+def _add_key(plan: Plan, nodes: dict, root: nn.Module, key: Key, leaf: int, api: str) -> None:
+    """The entry of ``key`` (its value is leaf ``leaf``), or ``UnknownKey``."""
+    prefix, name = ".".join(key[:-1]), key[-1]
+    node = nodes.get(prefix)
+    if node is None:
+        node = _node_at(prefix, nodes, plan)
+    if node is None or not _add_leaf(node, name, leaf, plan):
+        names = list(all_named_tensors(root))
+        raise _errors.UnknownKey(_errors.unknown_key(api, key, type(root).__name__, names))
+    plan.names.append(prefix + "." + name if prefix else name)
+    if not prefix:
+        plan.root_dicts = (node[2], node[3])
+
+
+def complete(
+    plan: Plan,
+    root: nn.Module,
+    api: str,
+    *,
+    tie_weights: bool,
+    strict: bool,
+    nodes: dict | None = None,
+) -> None:
+    """Add the tied aliases of the given entries (``nodes``: ``build``'s, by dotted
+    prefix), and check ``strict``."""
+    if not (tie_weights or strict):
+        if torch.compiler.is_compiling():  # finish() must find a slot two entries name
+            plan.may_repeat_slots = has_shared_submodule(root, set())
+        return
+    names, tied = names_and_ties(all_named_tensors(root))
+    if tied:  # traced, finish() must still find a slot that two entries name
+        plan.may_repeat_slots = True
+    if tie_weights and tied:
+        _add_tied_aliases(plan, root, tied, api, nodes or {"": _node(root, plan)})
+    if strict:
+        missing = sorted(set(names) - set(plan.names))
+        if missing:
+            raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
+
+
+def _add_tied_aliases(
+    plan: Plan, root: nn.Module, tied: tuple[tuple[str, ...], ...], api: str, nodes: dict
+) -> None:
+    index_of_name = {name: i for i, name in enumerate(plan.names)}
+    for group in tied:
+        given = [index_of_name[name] for name in group if name in index_of_name]
+        if not given:
+            continue
+        if len(given) > 1:
+            plan.tie_sources.append([plan.entries[i].leaf for i in given])
+        source = plan.entries[given[0]].leaf
+        for name in group:
+            if name not in index_of_name:
+                index_of_name[name] = len(plan.entries)
+                _add_key(plan, nodes, root, tuple(name.split(".")), source, api)
+        tied_entries = [plan.entries[index_of_name[name]] for name in group]
+        plan.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])
 
 
 def plan_while_tracing(
@@ -62,7 +158,7 @@ def plan_while_tracing(
     if not walked:
         return None
     plan.given = len(plan.entries)  # each name is once: a node's keys (a flat dict's) are
-    complete(plan, root, module, api, tie_weights=tie_weights, strict=strict)
+    complete(plan, root, api, tie_weights=tie_weights, strict=strict)
     plan.names_are_keys = True
     return plan.finish(cached=False), leaves
 
@@ -88,9 +184,6 @@ def _has_dotted_key(params: dict) -> bool:
     return False
 
 
-PARAMETER = SlotKind.PARAMETER
-
-
 def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
     """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
     nodes = {"": _node(root, plan)}  # per dotted prefix, each module found once
@@ -107,8 +200,7 @@ def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool
         _, attributes, parameters, buffers, parameter_names, _, written, _ = node
         if not prefix:
             plan.root_dicts = (parameters, buffers)  # the root owns a key
-        # slot_of, inline: a traced call per leaf costs more than these lines
-        if name in parameter_names:
+        if name in parameter_names:  # _add_leaf, inline
             entries.append(new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER)))
             if written is not None:
                 written.append(name)
@@ -166,6 +258,18 @@ def _node(owner: nn.Module, plan: Plan) -> list:
     ]
 
 
+def _add_leaf(node: list, name: str, index: int, plan: Plan) -> bool:
+    """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``.
+    The walks below inline its first branch: a traced call per leaf costs more."""
+    _, attributes, parameters, _, parameter_names, _, written, _ = node
+    if name in parameter_names:
+        plan.entries.append(new_entry(Entry, (parameters, name, index, attributes, PARAMETER)))
+        if written is not None:
+            written.append(name)
+        return True
+    return _add_other(node, name, index, plan)
+
+
 def _add_other(node: list, name: str, index: int, plan: Plan) -> bool:
     """A name that is not one of the node's parameters (the rest of ``slot_of``, a call
     only for these): a buffer's entry, the module's buffer names read on first need, else
@@ -204,7 +308,7 @@ def _visit(
         # A dotted or non-string name is in no module dict: it falls through to the
         # generic path, which splits or refuses it.
         if value is None or isinstance(value, torch.Tensor):
-            if name in parameter_names:  # slot_of, inline as in _visit_flat
+            if name in parameter_names:  # _add_leaf, inline
                 entries.append(
                     new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER))
                 )
