@@ -328,6 +328,25 @@ def test_to_module_into_a_submodule_at_two_paths_works_like_tensordict(preserve)
         assert old["0", "weight"] is old["1", "0", "weight"] is l0.weight  # the originals
 
 
+def test_undoing_a_swap_into_a_submodule_at_two_paths_and_back_works_like_tensordict():
+    # `with to_module(old, m):` undoes the swap and, on exit, puts it back; the restore must
+    # report what the shared slot held once per path (it reported the original for the
+    # second path, so the swap came back with the original weight)
+    ours, l0 = shared()
+    peer, p0 = shared()
+    before = state(ours)
+    values = fcall.from_module(ours).detach().clone().apply(lambda t: t.zero_() + 1)
+    peer_values = TensorDict.from_module(peer).detach().clone().apply(lambda t: t.zero_() + 1)
+    old, peer_old = fcall.to_module(values, ours), peer_values.to_module(peer)
+    inside, peer_inside = l0.weight, p0.weight
+    with fcall.to_module(old, ours), peer_old.to_module(peer):
+        assert l0.weight is old["0", "weight"] and p0.weight is peer_old["0", "weight"]
+    assert (l0.weight is inside) == (p0.weight is peer_inside) is True
+    assert type(l0.weight) is type(p0.weight) is nn.Parameter
+    fcall.to_module(old, ours)
+    assert_same_state(ours, before, in_any_order=True)
+
+
 def test_swap_into_a_submodule_at_two_paths_restores_it():
     m, l0 = shared()
     before = state(m)
