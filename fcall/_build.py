@@ -1,6 +1,6 @@
 """The plan builder: every key of a params container to its slot in the module tree.
 
-One set of node functions (``_node``, ``_node_at``, ``_add_other``) finds a key's
+One set of node functions (``_node``, ``_node_at``, ``_add_leaf``) finds a key's
 module and slot; two fronts feed them:
 
 * ``build`` takes the key tuples of a flattened container. It serves eager (where
