@@ -24,7 +24,7 @@ from ._flatten import Leaves
 from ._inplace import check_inplace, copy_inplace
 from ._kinds import Entry, Mode, SlotKind
 from ._plan import Plan, read_slots
-from ._registration import reregister, reregister_restored
+from ._registration import reregister, reregister_restored, run_hooks
 from ._slot_values import registered_values
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
@@ -121,9 +121,9 @@ def commit(swap: Swap) -> None:
     else:
         if swap.targets is not None:
             swap.orders = [(slot, list(slot)) for slot in _dicts_left(swap.plan, swap.targets)]
-        _write(swap.plan, swap.new, swap.targets)
+        _write(swap.plan, swap.new, swap.targets, _to_end(swap))
     if swap.reorder_in is not None:
-        reregister(swap.plan, swap.reorder_in, swap.targets, swap.new)
+        _reregister(swap, swap.reorder_in, swap.new)
 
 
 def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
@@ -140,11 +140,34 @@ def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
     return left
 
 
-def _write(plan: Plan, values: list[Any], targets: list[dict] | None) -> None:
+def _to_end(swap: Swap) -> bool:
+    """Whether the writes give tensordict's registration order themselves: an eager
+    ``to_module`` that is no in-place copy, whose slots are each named once
+    (fcall/_registration.py)."""
+    plan = swap.plan
+    return (
+        swap.reorder_in is not None
+        and swap.mode is not INPLACE
+        and not plan.traced
+        and not plan.repeated
+    )
+
+
+def _reregister(swap: Swap, module: nn.Module, new: list[Any]) -> None:
+    """tensordict's registration order and hooks after ``swap``'s writes of ``new``."""
+    if _to_end(swap):  # the writes gave the order
+        run_hooks(swap.plan, module, swap.targets, range(len(swap.plan.entries)), new)
+    else:
+        reregister(swap.plan, module, swap.targets, new)
+
+
+def _write(plan: Plan, values: list[Any], targets: list[dict] | None, to_end: bool) -> None:
     """The one write loop: each value into its slot (``targets``: the dict each value goes
-    into, when some value changes dict; a value that moves leaves its slot's dict)."""
+    into, when some value changes dict; a value that moves leaves its slot's dict).
+    ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
+    ``del d[name]; d[name] = value`` puts it."""
     for target, (slot, name), value in zip(targets or plan.slots, plan.pairs, values):
-        if target is not slot:
+        if to_end or target is not slot:
             # pop, not del: a slot reached by two paths is moved once
             slot.pop(name, None)
         target[name] = value
@@ -230,10 +253,10 @@ def _taken_elsewhere(attributes: dict, slot: dict, name: str) -> bool:
 def reapply(swap: Swap, current: list[Any]) -> None:
     """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
     and the swap can be restored again."""
-    _write(swap.plan, current, swap.targets)
+    _write(swap.plan, current, swap.targets, _to_end(swap))
     swap.new = current
     if swap.reorder_in is not None:
-        reregister(swap.plan, swap.reorder_in, swap.targets, current)
+        _reregister(swap, swap.reorder_in, current)
     swap.done = False
 
 

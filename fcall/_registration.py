@@ -27,17 +27,15 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     """Give the dicts that ``plan`` wrote tensordict's order, and run the registration
     hooks on each Parameter written; ``targets``: the dict each value went into, when
     some value changed dict; ``new``: what each slot received (a hook's result replaces
-    its value there)."""
+    its value there). An eager swap whose slots are each named once needs only the
+    hooks (``run_hooks``): its writes gave the order (``_engine._write``)."""
     order = range(len(plan.entries))
-    if not plan.traced and not plan.repeated:
-        # Eager: tensordict's `del d[k]; d[k] = v`, name by name (cheaper than finding out
-        # whether it changes the order)
-        if targets is None:
-            for slot, name in plan.pairs:
-                slot[name] = slot.pop(name)
-        else:
-            for target, (_, name) in zip(targets, plan.pairs):
-                target[name] = target.pop(name)
+    if targets is None and not plan.traced and not plan.repeated:
+        # Eager, after a restore that found a slot changed: tensordict's
+        # `del d[k]; d[k] = v`, name by name (cheaper than finding out whether it
+        # changes the order)
+        for slot, name in plan.pairs:
+            slot[name] = slot.pop(name)
     elif targets is None:  # traced: the walk grouped the names (fcall/_build.py), or here
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
@@ -47,7 +45,7 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     else:
         for slot, names in _groups(plan, order, targets):
             _move_to_end(slot, names)
-    _run_hooks(plan, module, targets, order, new)
+    run_hooks(plan, module, targets, order, new)
 
 
 def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
@@ -58,7 +56,7 @@ def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
     if changed:
         reregister(plan, module, None, [])
     else:
-        _run_hooks(plan, module, None, range(len(plan.entries)), [])
+        run_hooks(plan, module, None, range(len(plan.entries)), [])
 
 
 def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None:
@@ -69,7 +67,7 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     order = [index[name] for name in given]
     for slot, names in _groups(plan, order, None):
         _move_to_end(slot, names)
-    _run_hooks(plan, module, None, order, [])
+    run_hooks(plan, module, None, order, [])
 
 
 def _groups(plan: Plan, order: Sequence[int], targets: list[dict] | None) -> list:
@@ -104,7 +102,7 @@ def _move_to_end(slot: dict, names: list[str]) -> None:
         slot[name] = slot.pop(name)
 
 
-def _run_hooks(
+def run_hooks(
     plan: Plan, module: nn.Module, targets: list[dict] | None, order: Sequence[int], new: list
 ) -> None:
     """Torch's global parameter registration hooks on each Parameter written, in ``order``
