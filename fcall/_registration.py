@@ -31,9 +31,9 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     hooks (``run_hooks``): its writes gave the order (``_engine._write``)."""
     order = range(len(plan.entries))
     if targets is None and not plan.traced and not plan.repeated:
-        # Eager, after a restore that found a slot changed: tensordict's
-        # `del d[k]; d[k] = v`, name by name (cheaper than finding out whether it
-        # changes the order)
+        # Eager with no write that gave the order (in-place copies, or a restore that
+        # found a slot changed): tensordict's `del d[k]; d[k] = v`, name by name
+        # (cheaper than finding out whether it changes the order)
         for slot, name in plan.pairs:
             slot[name] = slot.pop(name)
     elif targets is None:  # traced: the walk grouped the names (fcall/_build.py), or here
