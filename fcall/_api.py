@@ -10,7 +10,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from . import _distributed, _errors, _flatten, _peer_to_module
+from . import _distributed, _errors, _flatten, _peer_to_module, _traced
 from ._build import build, plan_while_tracing
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
@@ -314,6 +314,10 @@ def _resolve(
     ``make_parameters``, ``group_by_dict``: see ``plan_while_tracing``."""
     # The one is_compiling() check of a swap: past it, plan.traced tells.
     if torch.compiler.is_compiling():
+        if not (make_parameters or group_by_dict):  # swap, functional_call
+            routed = _traced.resolve(params, module, api, tie_weights, strict)
+            if routed is not None:
+                return routed
         traced = plan_while_tracing(
             params,
             module,

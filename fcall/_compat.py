@@ -20,6 +20,10 @@ tensordict 0.15.3's.
   in 0.14.
 * ``validate_value``: ``TensorDictBase._validate_value`` takes the key (for its error
   message) in 0.15, not in 0.14.
+* ``comptime``, ``dynamo_variable``, ``has_pending_mutations``: the Dynamo internals the
+  traced front (``fcall/_traced.py``) reads at trace time, the same in torch 2.13-2.15:
+  ``torch._dynamo.comptime``, a ``ComptimeVar``'s VariableTracker and its real ``value``,
+  and the side-effect tracker's pending mutations of objects that existed before the trace.
 """
 
 from __future__ import annotations
@@ -32,7 +36,17 @@ import tensordict.base as _td_base
 from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 
-__all__ = ["BufferLegacy", "register_exit_op", "undone_on_error", "validate_value"]
+from torch._dynamo.comptime import comptime
+
+__all__ = [
+    "BufferLegacy",
+    "comptime",
+    "dynamo_variable",
+    "has_pending_mutations",
+    "register_exit_op",
+    "undone_on_error",
+    "validate_value",
+]
 
 try:  # tensordict >= 0.15
     from tensordict.utils import _BufferLegacy as BufferLegacy
@@ -70,3 +84,33 @@ def undone_on_error(op_name: str) -> bool:
     if _TD_UNDOES_ON_ERROR:
         return op_name in _td_base._UNDO_ON_ERROR_OPS
     return op_name in _FCALL_OPS
+
+
+def dynamo_variable(ctx: Any, name: str) -> Any:
+    """At trace time (a ``comptime`` callback): the real object behind the caller's local
+    ``name``, or ``None`` if Dynamo has none (an object made in the trace)."""
+    from torch._dynamo.variables.lazy import LazyVariableTracker  # noqa: PLC0415
+
+    var = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    if isinstance(var, LazyVariableTracker):
+        var = var.realize()
+    if getattr(var, "source", None) is None:
+        return None
+    return getattr(var, "value", None)
+
+
+def has_pending_mutations(ctx: Any) -> bool:
+    """At trace time: whether the trace so far changed an object that existed before it
+    (a module's dicts, a TensorDict's entries): their real state is then not the traced one."""
+    from torch._dynamo.variables.base import (  # noqa: PLC0415
+        AttributeMutationExisting,
+        ValueMutationExisting,
+    )
+
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    effects = tx.output.side_effects
+    existing = (AttributeMutationExisting, ValueMutationExisting)
+    return any(
+        isinstance(var.mutation_type, existing) and effects.is_modified(var)
+        for var in effects.id_to_variable.values()
+    )

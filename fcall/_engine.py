@@ -15,6 +15,8 @@ The modes (``Mode`` in ``fcall/_kinds.py``): ``AS_IS`` for ``swap`` /
 
 from __future__ import annotations
 
+from itertools import repeat
+from operator import is_
 from typing import Any, Protocol
 
 from torch import nn
@@ -165,7 +167,11 @@ def _write(plan: Plan, values: list[Any], targets: list[dict] | None, to_end: bo
     """The one write loop: each value into its slot (``targets``: the dict each value goes
     into, when some value changes dict; a value that moves leaves its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
-    ``del d[name]; d[name] = value`` puts it."""
+    ``del d[name]; d[name] = value`` puts it. Traced, with no value changing dict, the
+    writes are one builtin call that Dynamo runs without stepping (fcall/README.md)."""
+    if plan.traced and targets is None and not to_end:
+        list(map(dict.__setitem__, plan.slots, plan.slot_names, values))
+        return
     for target, (slot, name), value in zip(targets or plan.slots, plan.pairs, values):
         if to_end or target is not slot:
             # pop, not del: a slot reached by two paths is moved once
@@ -191,18 +197,7 @@ def restore(swap: Swap) -> list[Any]:
     # moved leaves the dict it went into; a slot deleted in the block is registered
     # again), and what each slot held. `get`: a deleted slot is GONE (traced, a missing
     # key in `d[name]` is a graph break, not a KeyError).
-    current = []
-    changed = swap.targets is not None  # some slot holds another value than the swap put
-    for target, (slot, name), old, new in zip(
-        swap.targets or plan.slots, plan.pairs, swap.old, swap.new
-    ):
-        now = target.get(name, GONE)
-        current.append(now)
-        if now is not new:  # forward reassigned it (a buffer), or deleted it
-            changed = True
-        if target is not slot:
-            target.pop(name, None)
-        slot[name] = old
+    current, changed = _put_back(swap)
     if plan.repeated:  # a slot two entries name was read again after its restore
         for index, first in plan.repeated.items():
             current[index] = current[first]
@@ -224,6 +219,30 @@ def restore(swap: Swap) -> list[Any]:
                 _check_deleted_slots(plan, current)
                 break
     return current
+
+
+def _put_back(swap: Swap) -> tuple[list[Any], bool]:
+    """The one restore loop: the old objects into their slots; what each slot held, and
+    whether any held another value than the swap put there."""
+    plan = swap.plan
+    if plan.traced and swap.targets is None and not plan.repeated:
+        # builtin calls that Dynamo runs without stepping (fcall/README.md)
+        current = list(map(dict.get, plan.slots, plan.slot_names, repeat(GONE)))
+        list(map(dict.__setitem__, plan.slots, plan.slot_names, swap.old))
+        return current, False in list(map(is_, current, swap.new))
+    current = []
+    changed = swap.targets is not None  # some slot holds another value than the swap put
+    for target, (slot, name), old, new in zip(
+        swap.targets or plan.slots, plan.pairs, swap.old, swap.new
+    ):
+        now = target.get(name, GONE)
+        current.append(now)
+        if now is not new:  # forward reassigned it (a buffer), or deleted it
+            changed = True
+        if target is not slot:
+            target.pop(name, None)
+        slot[name] = old
+    return current, changed
 
 
 def _check_deleted_slots(plan: Plan, current: list[Any]) -> None:

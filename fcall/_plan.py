@@ -53,6 +53,7 @@ class Plan:
         "repeated",
         "rnns",
         "root_dicts",
+        "slot_names",
         "slots",
         "tie_groups",
         "tie_sources",
@@ -71,6 +72,7 @@ class Plan:
         # Derived once by finish(), for the hot loops:
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         self.slots: list[dict] = []  # the slot of each entry: where each value goes
+        self.slot_names: list[str] = []  # the name of each entry in its slot
         # leaf indexes of the parameter entries; None: every entry is a parameter
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
@@ -97,7 +99,7 @@ class Plan:
         self.dict_groups: list[tuple[dict, list[str]]] | None = None
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped
-        self.traced = False  # built while Dynamo traces: used in that trace only, never cached
+        self.traced = False  # built while Dynamo traces (fcall/_traced.py, or build traced)
 
     def finish(self, cached: bool = True, strict: bool = True) -> Plan:
         """Derive what the hot loops read, and, if the plan is ``cached``, what
@@ -105,6 +107,7 @@ class Plan:
         the plan was built for ``strict=True``, see ``_watched_buffers``)."""
         self.pairs = [(entry.slot, entry.name) for entry in self.entries]
         self.slots = [entry.slot for entry in self.entries]
+        self.slot_names = [entry.name for entry in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
         if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
@@ -188,7 +191,7 @@ class Plan:
 def read_slots(plan: Plan) -> list[Any]:
     """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
     try:
-        return [slot[name] for slot, name in plan.pairs]
+        return list(map(dict.__getitem__, plan.slots, plan.slot_names))
     except KeyError:
         raise StalePlan from None
 
