@@ -54,14 +54,16 @@ def to_module_and_call(m, p, x):
         return m(x)
 
 
-# The module's own tensors are not read in the trace where no tie is looked up: to_module
-# (tensordict's, which writes the keys it is given) and tie_weights=False. With
-# tie_weights=True the trace walks them for their ties, as torch.func.functional_call does
-# (fcall/_ties.py): test_tie_weights_guards_the_modules_tensors_as_torch_func.
+# The module's own tensors are not read in the trace: to_module (tensordict's, which writes
+# the keys it is given), tie_weights=False, and tie_weights=True too, whose ties are found
+# outside the trace (fcall/_traced.py):
+# test_tie_weights_reads_none_of_the_modules_tensors_where_torch_func_guards_them.
 UNWALKED = [swap_untied, to_module_and_call]
 
 
-@pytest.mark.parametrize("api", [swap_untied], ids=lambda f: f.__name__)
+@pytest.mark.parametrize(
+    "api", [swap_untied, swap_and_call, functional_call], ids=lambda f: f.__name__
+)
 def test_the_modules_own_tensors_are_not_guarded(counter, api):
     # (to_module reads each old parameter's requires_grad: a plain value bound for a
     # parameter slot becomes a Parameter with the slot's, as tensordict's does)
@@ -87,8 +89,9 @@ def test_the_modules_own_tensors_are_not_guarded(counter, api):
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
-def test_tie_weights_guards_the_modules_tensors_as_torch_func(counter, api):
-    # a requires_grad flip of the module's own parameters recompiles both, once
+def test_tie_weights_reads_none_of_the_modules_tensors_where_torch_func_guards_them(counter, api):
+    # fcall finds the ties outside the trace (fcall/_traced.py): a requires_grad flip of
+    # the module's own parameters recompiles torch.func's compiled function, not fcall's
     ours, peer = (nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)) for _ in range(2))
     frames = []
     for m, call in ((ours, api), (peer, lambda m, p, x: torch.func.functional_call(m, p, x))):
@@ -101,7 +104,7 @@ def test_tie_weights_guards_the_modules_tensors_as_torch_func(counter, api):
             q.requires_grad_(False)
         fn(p, x)
         frames.append(cnt.frame_count)
-    assert frames == [2, 2]
+    assert frames == [1, 2]
 
 
 def test_to_module_with_values_that_track_gradients_guards_no_old_tensor(counter):

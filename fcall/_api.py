@@ -314,10 +314,11 @@ def _resolve(
     ``make_parameters``, ``group_by_dict``: see ``plan_while_tracing``."""
     # The one is_compiling() check of a swap: past it, plan.traced tells.
     if torch.compiler.is_compiling():
-        if not (make_parameters or group_by_dict):  # swap, functional_call
-            routed = _traced.resolve(params, module, api, tie_weights, strict)
-            if routed is not None:
-                return routed
+        routed = _traced.resolve(
+            params, module, api, tie_weights, strict, make_parameters, group_by_dict
+        )
+        if routed is not None:
+            return routed
         traced = plan_while_tracing(
             params,
             module,

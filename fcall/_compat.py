@@ -35,7 +35,6 @@ from typing import Any
 import tensordict.base as _td_base
 from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
-
 from torch._dynamo.comptime import comptime
 
 __all__ = [
@@ -89,7 +88,7 @@ def undone_on_error(op_name: str) -> bool:
 def dynamo_variable(ctx: Any, name: str) -> Any:
     """At trace time (a ``comptime`` callback): the real object behind the caller's local
     ``name``, or ``None`` if Dynamo has none (an object made in the trace)."""
-    from torch._dynamo.variables.lazy import LazyVariableTracker  # noqa: PLC0415
+    from torch._dynamo.variables.lazy import LazyVariableTracker
 
     var = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
     if isinstance(var, LazyVariableTracker):
@@ -102,7 +101,7 @@ def dynamo_variable(ctx: Any, name: str) -> Any:
 def has_pending_mutations(ctx: Any) -> bool:
     """At trace time: whether the trace so far changed an object that existed before it
     (a module's dicts, a TensorDict's entries): their real state is then not the traced one."""
-    from torch._dynamo.variables.base import (  # noqa: PLC0415
+    from torch._dynamo.variables.base import (
         AttributeMutationExisting,
         ValueMutationExisting,
     )

@@ -29,79 +29,49 @@ from __future__ import annotations
 
 import itertools
 import operator
-from typing import Any, NamedTuple
+from collections.abc import Sequence
+from typing import Any
 
 import torch
-from tensordict import TensorDict
-from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from torch import nn
 
-from ._build import build
 from ._compat import comptime, dynamo_variable, has_pending_mutations
-from ._flatten import Key, Leaves, wrapped
+from ._flatten import Leaves, wrapped
 from ._kinds import Entry, SlotKind, new_entry
 from ._plan import Plan, unwrap
+from ._routes import Levels, Route, route_of_dict, route_of_tensordict
+from ._slot_values import TRACEABLE_PARAMETER
 
 _repeat = itertools.repeat
 
 
-class Levels(NamedTuple):
-    """How the trace reaches the nodes of a tree below its root, a level at a time: the
-    nodes of a level are ``node[name]`` of nodes of the level above."""
-
-    parents: tuple[tuple[int, ...], ...]
-    """Per level, the index of each node's parent in the level above."""
-    names: tuple[tuple[str, ...], ...]
-    """Per level, each node's name in its parent."""
-
-
-class Route(NamedTuple):
-    """A plan for the trace: where each value goes, as indexes and names."""
-
-    owners: Levels
-    """The owner modules below the root; the trace lists them root first, level by level."""
-    owner_keys: tuple[tuple[str, ...], ...]
-    """Per owner, the names in its ``_parameters``, as the Route was built on."""
-    buffer_owners: tuple[int, ...]
-    """The owners whose ``_buffers`` hold a swapped name."""
-    buffer_keys: tuple[tuple[str, ...], ...]
-    """Per buffer owner, the names in its ``_buffers``."""
-    slots: tuple[int, ...]
-    """Per entry, its dict: an owner's ``_parameters``, or (from ``len(owner_keys)`` on) the
-    ``_buffers`` of ``buffer_owners[i - len(owner_keys)]``."""
-    names: tuple[str, ...]
-    """Per entry, its name in that dict."""
-    kinds: tuple[SlotKind, ...]
-    """Per entry, its kind (parameter or buffer)."""
-    owner_of_entry: tuple[int, ...]
-    """Per entry, its owner."""
-    dotted: tuple[str, ...]
-    """Per entry, its params key, dotted (the old values' keys)."""
-    nodes: Levels | None
-    """A TensorDict's nodes below the root; ``None``: a flat dict."""
-    node_keys: tuple[tuple[str, ...], ...]
-    """Per params node, its keys, as the Route was built on."""
-    leaf_nodes: tuple[int, ...]
-    """Per leaf, its params node."""
-    leaf_names: tuple[str, ...]
-    """Per leaf, its name in that node."""
-
-
 def resolve(
-    params: Any, module: nn.Module, api: str, tie_weights: bool, strict: bool
+    params: Any,
+    module: nn.Module,
+    api: str,
+    tie_weights: bool,
+    strict: bool,
+    make_parameters: bool = False,
+    group_by_dict: bool = False,
 ) -> tuple[Plan, Leaves] | None:
     """Traced only: the plan and leaves of ``params`` in ``module`` through a Route, or
-    ``None`` for the generic path."""
+    ``None`` for the generic path. ``make_parameters`` (``to_module``'s ``PRESERVE``): what
+    each leaf goes in as (``plan.preserved``); ``group_by_dict`` (``to_module``): the names
+    written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
-    flat = isinstance(params, dict)
-    names = tuple(params) if flat else None
-    flags = tuple(map(isinstance, params.values(), _repeat(torch.Tensor))) if flat else None
-    comptime(_decide)  # reads module, params, names, flags, api, tie_weights (locals here)
+    # a dict's key structure is read in the trace, a level at a time; a TensorDict's
+    # outside it, from the real object (then checked against the traced one, _values)
+    # `shape` is read by _decide, through comptime (a local of this frame)
+    shape, level_values = _dict_shape(params) if isinstance(params, dict) else (None, None)  # noqa: RUF059
+    comptime(_decide)  # reads module, params, shape, api, tie_weights (locals here)
     route = _decided()
     if route is None:
         return None
-    values = _values(params, route)
+    if level_values is not None:
+        values: list[Any] | None = _pick(level_values, route.leaf_nodes)
+    else:
+        values = _tensordict_values(params, route)
     if values is None:
         return None
     root, _ = unwrap(module)
@@ -115,17 +85,116 @@ def resolve(
         if not _same(tuple(map(tuple, buffers)), route.buffer_keys):
             return None
         dicts = parameters + buffers
+    slots = _pick(dicts, route.slots)
+    plan = _plan(route, slots, owners)
+    if group_by_dict:
+        plan.dict_groups = list(zip(_pick(dicts, route.group_slots), map(list, route.group_names)))
+    if make_parameters:
+        plan.preserved = _preserved(route, values, slots)
+        if plan.preserved is None:
+            return None
     leaves = Leaves(params, api)
     leaves.values = values
-    return _plan(route, _pick(dicts, route.slots), owners), leaves
+    return plan, leaves
 
 
-def _values(params: Any, route: Route) -> list[Any] | None:
-    """The leaves of ``params`` in the Route's order; ``None`` if its keys differ."""
-    if route.nodes is None:
-        if not _same((tuple(params),), route.node_keys):
-            return None
-        return list(params.values())
+def _preserved(route: Route, values: list, slots: list[dict]) -> list | None:
+    """``to_module``'s ``PRESERVE`` rule (``fcall/_slot_values.py``) in builtin calls: a
+    value bound for a parameter slot that tracks no gradient becomes a Parameter with the
+    slot's ``requires_grad``, unless it is a Parameter with that ``requires_grad`` already.
+    Only those slots' old tensors are read (each read is a guard). ``None``: a case for the
+    generic path (a Parameter bound for a buffer, a slot that holds ``None``)."""
+    is_parameter = tuple(map(isinstance, values, _repeat(nn.Parameter)))
+    requires_grad = tuple(map(getattr, values, _repeat("requires_grad")))
+    batched = tuple(map(_is_batched, values))
+    candidates = _candidates(route.kinds, is_parameter, requires_grad, batched)
+    if candidates is None:
+        return None
+    if not candidates:
+        return values
+    old = list(map(dict.__getitem__, _pick(slots, candidates), _pick(route.names, candidates)))
+    if True in tuple(map(operator.is_, old, _repeat(None))):
+        return None
+    old_requires_grad = tuple(map(getattr, old, _repeat("requires_grad")))
+    wrap, wrap_requires_grad, order = _wrapping(
+        candidates, is_parameter, requires_grad, old_requires_grad, len(values)
+    )
+    if not wrap:
+        return values
+    with TRACEABLE_PARAMETER:  # once, not per Parameter
+        made = list(map(nn.Parameter, _pick(values, wrap), wrap_requires_grad))
+    return _pick(values + made, order)
+
+
+_is_batched = torch._C._functorch.is_batchedtensor
+
+
+@torch.compiler.assume_constant_result
+def _candidates(
+    kinds: tuple, is_parameter: tuple, requires_grad: tuple, batched: tuple
+) -> tuple[int, ...] | None:
+    """The entries whose old tensor ``PRESERVE`` compares with: parameter slots whose value
+    tracks no gradient (a plain tensor that does goes in as it is). ``None``: a Parameter
+    bound for a buffer slot (registered as a buffer: the generic path)."""
+    found = []
+    for index, kind in enumerate(kinds):
+        if kind is SlotKind.BUFFER:
+            if is_parameter[index]:
+                return None
+        elif is_parameter[index] or not (requires_grad[index] or batched[index]):
+            found.append(index)
+    return tuple(found)
+
+
+@torch.compiler.assume_constant_result
+def _wrapping(
+    candidates: tuple, is_parameter: tuple, requires_grad: tuple, old: tuple, count: int
+) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
+    """Which candidates become a new Parameter, with which ``requires_grad``, and where
+    each leaf's value is in ``values + made``."""
+    wrap, wrap_requires_grad = [], []
+    for index, old_requires_grad in zip(candidates, old):
+        if not (is_parameter[index] and requires_grad[index] == old_requires_grad):
+            wrap.append(index)
+            wrap_requires_grad.append(old_requires_grad)
+    position = {index: count + i for i, index in enumerate(wrap)}
+    order = tuple(position.get(index, index) for index in range(count))
+    return tuple(wrap), tuple(wrap_requires_grad), order
+
+
+def _dict_shape(params: dict) -> tuple[list[tuple], list[Any]]:
+    """A (nested) dict's structure as constants, a level at a time: per level, each
+    node's keys and which values are dicts and which tensors; and every level's values,
+    in that order (a Route picks the leaves from them)."""
+    shape: list[tuple] = []
+    everything: list[Any] = []
+    level = [params]
+    while level:
+        values: list[Any] = []
+        for node in level:  # per node, not per leaf
+            values.extend(node.values())
+        is_dict = tuple(map(isinstance, values, _repeat(dict)))
+        shape.append(
+            (
+                tuple(map(tuple, level)),
+                is_dict,
+                tuple(map(isinstance, values, _repeat(torch.Tensor))),
+            )
+        )
+        everything.extend(values)
+        level = _pick(values, _where(is_dict))
+    return shape, everything
+
+
+@torch.compiler.assume_constant_result
+def _where(flags: tuple[bool, ...]) -> tuple[int, ...]:
+    return tuple(index for index, flag in enumerate(flags) if flag)
+
+
+def _tensordict_values(params: Any, route: Route) -> list[Any] | None:
+    """The leaves of a TensorDict in the Route's order; ``None`` if its keys differ from
+    those the Route was built on (the TensorDict was changed in the trace)."""
+    assert route.nodes is not None  # a TensorDict's Route
     nodes = _descend([wrapped(params)._tensordict], route.nodes, _entries_of)
     if not _same(tuple(map(tuple, nodes)), route.node_keys):
         return None
@@ -152,7 +221,7 @@ def _descend(top: list, levels: Levels, containers: Any) -> list:
     return found
 
 
-def _pick(items: list, indexes: tuple[int, ...]) -> list:
+def _pick(items: Sequence[Any], indexes: tuple[int, ...]) -> list:
     """``[items[i] for i in indexes]`` in one builtin call (``operator.itemgetter`` is a
     polyfill that Dynamo steps through per item)."""
     return list(map(operator.getitem, _repeat(items), indexes))
@@ -219,180 +288,8 @@ def _route_of(ctx: Any) -> Route | None:
     tie_weights = ctx.get_local("tie_weights").as_python_constant()
     if not isinstance(module, nn.Module):
         return None
-    names = ctx.get_local("names").as_python_constant()
-    if names is not None:
-        if not all(ctx.get_local("flags").as_python_constant()):
-            return None
-        if not names or not all(isinstance(name, str) and name for name in names):
-            return None
-        return _route(module, [tuple(name.split(".")) for name in names], api, tie_weights)
+    shape = ctx.get_local("shape").as_python_constant()
+    if shape is not None:
+        return route_of_dict(shape, module, api, tie_weights)
     params = dynamo_variable(ctx, "params")
-    return _tensordict_route(params, module, api, tie_weights)
-
-
-def _tensordict_route(params: Any, module: nn.Module, api: str, tie_weights: bool) -> Any:
-    if type(params) is TensorDict:
-        entries = params._tensordict
-    elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
-        entries = params._param_td._tensordict
-    else:
-        return None
-    keys: list[Key] = []
-    nodes: list[tuple[int, str, int]] = []  # (node, name in its parent, depth), root first
-    node_keys: list[tuple[str, ...]] = []
-    leaf_nodes: list[int] = []
-    leaf_names: list[str] = []
-    if not _walk(entries, (), 0, 0, keys, nodes, node_keys, leaf_nodes, leaf_names):
-        return None
-    levels, order = _levels([(parent, name, depth) for parent, name, depth in nodes])
-    route = _route(module, keys, api, tie_weights)
-    if route is None:
-        return None
-    return route._replace(
-        nodes=levels,
-        node_keys=tuple(node_keys[i] for i in order),
-        leaf_nodes=tuple(order.index(node) for node in leaf_nodes),
-        leaf_names=tuple(leaf_names),
-    )
-
-
-def _walk(
-    entries: dict,
-    prefix: Key,
-    node: int,
-    depth: int,
-    keys: list[Key],
-    nodes: list[tuple[int, str, int]],
-    node_keys: list[tuple[str, ...]],
-    leaf_nodes: list[int],
-    leaf_names: list[str],
-) -> bool:
-    """The leaves of exact TensorDicts of plain tensors and Parameters, in
-    ``flatten_eager``'s order; ``False`` on anything else."""
-    if node == 0:
-        nodes.append((-1, "", 0))
-        node_keys.append(())
-    node_keys[node] = tuple(entries)
-    for name, value in entries.items():
-        if not isinstance(name, str) or "." in name or not name:
-            return False
-        cls = type(value)
-        if cls is torch.Tensor or cls is nn.Parameter:
-            keys.append((*prefix, name))
-            leaf_nodes.append(node)
-            leaf_names.append(name)
-        elif cls is TensorDict:
-            child = len(nodes)
-            nodes.append((node, name, depth + 1))
-            node_keys.append(())
-            if not _walk(
-                value._tensordict,
-                (*prefix, name),
-                child,
-                depth + 1,
-                keys,
-                nodes,
-                node_keys,
-                leaf_nodes,
-                leaf_names,
-            ):
-                return False
-        else:
-            return False
-    return True
-
-
-def _levels(nodes: list[tuple[int, str, int]]) -> tuple[Levels, list[int]]:
-    """``nodes`` (parent, name, depth; the root first) as Levels, and the trace's order of
-    the nodes (root first, level by level) as a list of their indexes in ``nodes``."""
-    order = [0]
-    parents: list[tuple[int, ...]] = []
-    names: list[tuple[str, ...]] = []
-    depth = 1
-    while True:
-        above = {node: i for i, node in enumerate(n for n in order if nodes[n][2] == depth - 1)}
-        level = [i for i, node in enumerate(nodes) if node[2] == depth]
-        if not level:
-            return Levels(tuple(parents), tuple(names)), order
-        parents.append(tuple(above[nodes[i][0]] for i in level))
-        names.append(tuple(nodes[i][1] for i in level))
-        order.extend(level)
-        depth += 1
-
-
-def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> Route | None:
-    """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes."""
-    root, prefixes = unwrap(module)
-    if "module" in prefixes or _has_fsdp(root) or not keys:
-        return None
-    try:
-        plan = build(module, keys, api, tie_weights=tie_weights, strict=False)
-    except Exception:  # the generic path raises it, traced
-        return None
-    if plan.rnns or plan.has_attributes or plan.tie_groups or len(plan.entries) != plan.given:
-        return None
-    # Each owner once: a module at two paths, or a slot named twice, takes the generic path
-    found: list[tuple[int, str, int]] = [(-1, "", 0)]  # (parent, name, depth) per owner
-    index_of = {id(root.__dict__): 0}
-    by_modules = {id(root._modules): 0}
-    for parent_modules, name, child in plan.chain:
-        parent = by_modules.get(id(parent_modules))
-        if parent is None or id(child.__dict__) in index_of:
-            return None
-        index_of[id(child.__dict__)] = len(found)
-        by_modules[id(child._modules)] = len(found)
-        found.append((parent, name, found[parent][2] + 1))
-    levels, order = _levels(found)
-    position = {node: i for i, node in enumerate(order)}
-    owners = [_owner(root, found, node) for node in order]
-    owner_keys = tuple(tuple(owner._parameters) for owner in owners)
-    buffer_owners: list[int] = []
-    slots: list[int] = []
-    owner_of_entry: list[int] = []
-    seen: set[tuple[int, str]] = set()
-    for entry in plan.entries:
-        owner = position[index_of[id(entry.attributes)]]
-        if type(entry.slot) is not dict or (id(entry.slot), entry.name) in seen:
-            return None
-        seen.add((id(entry.slot), entry.name))
-        if entry.kind is SlotKind.PARAMETER:
-            slots.append(owner)
-        elif owner in buffer_owners:
-            slots.append(len(owners) + buffer_owners.index(owner))
-        else:
-            buffer_owners.append(owner)
-            slots.append(len(owners) + len(buffer_owners) - 1)
-        owner_of_entry.append(owner)
-    return Route(
-        owners=levels,
-        owner_keys=owner_keys,
-        buffer_owners=tuple(buffer_owners),
-        buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
-        slots=tuple(slots),
-        names=tuple(entry.name for entry in plan.entries),
-        kinds=tuple(entry.kind for entry in plan.entries),
-        owner_of_entry=tuple(owner_of_entry),
-        dotted=tuple(".".join(key) for key in keys),
-        nodes=None,
-        node_keys=(tuple(".".join(key) for key in keys),),
-        leaf_nodes=(),
-        leaf_names=(),
-    )
-
-
-def _owner(root: nn.Module, found: list[tuple[int, str, int]], node: int) -> nn.Module:
-    path = []
-    while node > 0:
-        parent, name, _ = found[node]
-        path.append(name)
-        node = parent
-    owner = root
-    for name in reversed(path):
-        owner = owner._modules[name]
-    return owner
-
-
-def _has_fsdp(root: nn.Module) -> bool:
-    from ._distributed import FSDPModule  # noqa: PLC0415 (its import pulls torch.distributed)
-
-    return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
+    return route_of_tensordict(params, module, api, tie_weights)

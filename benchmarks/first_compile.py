@@ -1,0 +1,196 @@
+"""What a first compile of a swapped call costs, beside the model alone and torch.func.
+
+    python -m benchmarks first_compile                      # 200 and 1,000 leaves
+    python -m benchmarks first_compile --sizes 10000 --apis swap --containers tensordict \\
+        --backends aot_eager                                # the 10,000-leaf row
+    python -m benchmarks first_compile --sections per_call  # compiled calls, paired
+
+It compiles ``f(x, p)`` (``fullgraph=True``, under ``no_grad``) for an ``nn.Sequential`` of
+``Linear(4, 4)``: the model with its own parameters (no swap: the floor),
+``torch.func.functional_call`` with a flat dict (the peer), and each fcall API with each
+container. Per cell it prints the Dynamo bytecode steps (counted on the eager backend by
+wrapping ``InstructionTranslatorBase.step``: the same on every machine) and the first
+call's CPU seconds per backend, each as a ratio to the no-swap model of the same run.
+
+``per_call`` times the compiled calls at 1,000 leaves in interleaved rounds: fcall's
+``swap`` and ``functional_call`` against ``torch.func.functional_call``, and
+``tie_weights=True`` against ``tie_weights=False``; medians of the paired ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._dynamo import symbolic_convert
+
+import fcall
+
+from . import _harness as h
+
+APIS = ("swap", "functional_call", "to_module")
+CONTAINERS = ("tensordict", "flat", "nested", "tensordictparams")
+BACKENDS = ("eager", "aot_eager", "inductor")
+MODEL, PEER = "no swap (the model's own parameters)", "torch.func.functional_call (flat dict)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sections", nargs="+", default=["first_call"], choices=SECTIONS)
+    parser.add_argument("--sizes", type=lambda s: [int(n) for n in s.split(",")])
+    parser.add_argument("--apis", nargs="+", default=list(APIS), choices=APIS)
+    parser.add_argument("--containers", nargs="+", default=list(CONTAINERS), choices=CONTAINERS)
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    parser.add_argument("--rounds", type=int, default=15, help="per_call: interleaved rounds")
+
+
+def compiled_call(api: str, model: torch.nn.Module, **options: Any) -> Callable:
+    """The function a user compiles: swap ``p`` into ``model`` and call it on ``x``."""
+    if api == "model":
+        return lambda x, p: model(x)
+    if api == "torch.func":
+        return lambda x, p: torch.func.functional_call(model, p, (x,))
+    if api == "functional_call":
+        return lambda x, p: fcall.functional_call(model, p, (x,), **options)
+    if api == "to_module":
+
+        def with_to_module(x: torch.Tensor, p: Any) -> torch.Tensor:
+            with fcall.to_module(p, model):
+                return model(x)
+
+        return with_to_module
+
+    def with_swap(x: torch.Tensor, p: Any) -> torch.Tensor:
+        with fcall.swap(p, model, **options):
+            return model(x)
+
+    return with_swap
+
+
+def params_of(model: torch.nn.Module, container: str) -> Any:
+    td = fcall.from_module(model).detach().clone()
+    if container == "tensordict":
+        return td
+    if container == "flat":
+        return h.flat(td)
+    if container == "nested":
+        return td.to_dict()
+    return fcall.TensorDictParams(td, no_convert=True)
+
+
+_STEPS = collections.Counter()
+_step = symbolic_convert.InstructionTranslatorBase.step
+
+
+def _counting_step(self: symbolic_convert.InstructionTranslatorBase) -> object:
+    _STEPS["all"] += 1
+    return _step(self)
+
+
+def steps_of(fn: Callable, x: torch.Tensor, p: Any) -> int:
+    """Dynamo's bytecode steps to compile ``fn(x, p)`` (backend eager)."""
+    torch._dynamo.reset()
+    _STEPS.clear()
+    symbolic_convert.InstructionTranslatorBase.step = _counting_step
+    try:
+        with torch.no_grad():
+            torch.compile(fn, backend="eager", fullgraph=True)(x, p)
+    finally:
+        symbolic_convert.InstructionTranslatorBase.step = _step
+    return _STEPS["all"]
+
+
+def first_call_s(fn: Callable, x: torch.Tensor, p: Any, backend: str) -> float:
+    """CPU seconds of the first call of ``torch.compile(fn, backend=backend)``."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=backend, fullgraph=True)
+
+    def call() -> None:
+        with torch.no_grad():
+            compiled(x, p)
+
+    return h.first_call(call)[0]
+
+
+def first_call(args: argparse.Namespace, record: h.Recorder) -> None:
+    h.isolate_compiles()
+    sizes = args.sizes or ([20] if args.quick else [200, 1000])
+    for leaves in sizes:
+        model = h.Chain(leaves)
+        x = torch.randn(8, 4)
+        cells: list[tuple[str, str, str]] = [(MODEL, "model", "flat"), (PEER, "torch.func", "flat")]
+        for api in args.apis:
+            for container in args.containers:
+                cells.append((f"fcall.{api} ({container})", api, container))
+        table: dict[str, dict[str, Any]] = {}
+        for name, api, container in cells:
+            p = params_of(model, container)
+            fn = h.fresh(compiled_call(api, model), f"{api}_{container}")
+            row: dict[str, Any] = {"steps": steps_of(fn, x, p)}
+            for backend in args.backends:
+                fn = h.fresh(compiled_call(api, model), f"{api}_{container}_{backend}")
+                row[f"{backend} s"] = first_call_s(fn, x, p, backend)
+            table[name] = row
+            print(f"  {leaves} leaves, {name}: {row}", flush=True)
+        floor = table[MODEL]
+        for row in table.values():
+            row["steps x"] = row["steps"] / floor["steps"]
+            for backend in args.backends:
+                row[f"{backend} x"] = row[f"{backend} s"] / floor[f"{backend} s"]
+        fields = ["steps", "steps x"] + [f"{b} {u}" for b in args.backends for u in ("s", "x")]
+        h.print_rows(f"First compile, {leaves} leaves (x: / the no-swap model)", table, fields)
+        record.results[f"first compile, {leaves} leaves"] = table
+        record.save()
+
+
+def per_call(args: argparse.Namespace, record: h.Recorder) -> None:
+    leaves = 20 if args.quick else 1000
+    model = h.Chain(leaves)
+    x = torch.randn(8, 4)
+    p = h.flat(fcall.from_module(model).detach().clone())
+    variants = {
+        "torch.func.functional_call": compiled_call("torch.func", model),
+        "fcall.functional_call": compiled_call("functional_call", model),
+        "fcall.swap": compiled_call("swap", model),
+        "fcall.swap(tie_weights=False)": compiled_call("swap", model, tie_weights=False),
+    }
+    torch._dynamo.reset()
+    compiled = {}
+    for name, fn in variants.items():
+        compiled[name] = torch.compile(h.fresh(fn, name.replace(".", "_")), fullgraph=True)
+    number = 20 if args.quick else 200
+    times: dict[str, list[float]] = {name: [] for name in compiled}
+    with torch.no_grad():
+        for fn in compiled.values():
+            h.warm(lambda fn=fn: fn(x, p), 3)
+        for _ in range(args.rounds):
+            for name, fn in compiled.items():
+                times[name].append(h.batch(lambda fn=fn: fn(x, p), number))
+    peer, untied = times["torch.func.functional_call"], times["fcall.swap(tie_weights=False)"]
+    table = {
+        name: {
+            "us per call": h.median(samples) * 1e6,
+            "x torch.func": h.paired(samples, peer),
+            "x tie_weights=False": h.paired(samples, untied),
+        }
+        for name, samples in times.items()
+    }
+    h.print_rows(
+        f"Compiled calls, {leaves} leaves (inductor)",
+        table,
+        ["us per call", "x torch.func", "x tie_weights=False"],
+    )
+    record.results[f"compiled calls, {leaves} leaves"] = table
+
+
+SECTIONS = {"first_call": first_call, "per_call": per_call}
+
+
+def run(args: argparse.Namespace, record: h.Recorder) -> None:
+    started = time.perf_counter()
+    for section in args.sections:
+        SECTIONS[section](args, record)
+    print(f"({time.perf_counter() - started:.0f} s)")

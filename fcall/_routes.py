@@ -1,0 +1,280 @@
+"""Routes: a swap's plan as names and indexes, built in eager from the one builder's plan.
+
+A ``Route`` is what a traced swap (``fcall/_traced.py``) needs of a plan and nothing of the
+instance it was built on: which owner modules to reach from the root (``Levels``), which of
+their dicts each value goes into, under which name, and where each value is in the params.
+It is built at trace time from the real module and keys: ``route_of_dict`` for a dict (whose
+structure the trace read), ``route_of_tensordict`` for a TensorDict (read here). ``None``
+when the swap needs more than a Route says (see ``fcall/_traced.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from tensordict import TensorDict
+from tensordict.nn import TensorDictParams as _TensorDictParamsBase
+from torch import nn
+
+from ._build import build
+from ._flatten import Key
+from ._kinds import SlotKind
+from ._plan import unwrap
+
+
+class Levels(NamedTuple):
+    """How the trace reaches the nodes of a tree below its root, a level at a time: the
+    nodes of a level are ``node[name]`` of nodes of the level above."""
+
+    parents: tuple[tuple[int, ...], ...]
+    """Per level, the index of each node's parent in the level above."""
+    names: tuple[tuple[str, ...], ...]
+    """Per level, each node's name in its parent."""
+
+
+class Route(NamedTuple):
+    """A plan for the trace: where each value goes, as indexes and names."""
+
+    owners: Levels
+    """The owner modules below the root; the trace lists them root first, level by level."""
+    owner_keys: tuple[tuple[str, ...], ...]
+    """Per owner, the names in its ``_parameters``, as the Route was built on."""
+    buffer_owners: tuple[int, ...]
+    """The owners whose ``_buffers`` hold a swapped name."""
+    buffer_keys: tuple[tuple[str, ...], ...]
+    """Per buffer owner, the names in its ``_buffers``."""
+    slots: tuple[int, ...]
+    """Per entry, its dict: an owner's ``_parameters``, or (from ``len(owner_keys)`` on) the
+    ``_buffers`` of ``buffer_owners[i - len(owner_keys)]``."""
+    names: tuple[str, ...]
+    """Per entry, its name in that dict."""
+    kinds: tuple[SlotKind, ...]
+    """Per entry, its kind (parameter or buffer)."""
+    owner_of_entry: tuple[int, ...]
+    """Per entry, its owner."""
+    dotted: tuple[str, ...]
+    """Per entry, its params key, dotted (the old values' keys)."""
+    nodes: Levels | None
+    """A TensorDict's nodes below the root; ``None``: a dict (``_dict_shape``)."""
+    node_keys: tuple[tuple[str, ...], ...]
+    """A TensorDict's: per node, its keys, as the Route was built on."""
+    leaf_nodes: tuple[int, ...]
+    """Per leaf, its TensorDict node; a dict's: its place among ``_dict_shape``'s values."""
+    leaf_names: tuple[str, ...]
+    """Per leaf, its name in that node."""
+    group_slots: tuple[int, ...]
+    """``to_module``: each dict that entries write, once (fcall/_registration.py)..."""
+    group_names: tuple[tuple[str, ...], ...]
+    """... and the names written into it, in order."""
+
+
+def route_of_dict(shape: list[tuple], module: nn.Module, api: str, tie_weights: bool) -> Any:
+    """The Route of a dict whose structure is ``shape`` (``_dict_shape``): its leaves in
+    ``flatten_generic``'s order (depth first, each name split at its dots)."""
+    keys: list[Key] = []
+    positions: list[int] = []
+    starts = []  # per level, where its values begin among every level's values
+    total = 0
+    for node_keys, _, _ in shape:
+        starts.append(total)
+        total += sum(map(len, node_keys))
+
+    def visit(depth: int, node: int, prefix: Key) -> bool:
+        node_keys, is_dict, is_tensor = shape[depth]
+        offset = sum(map(len, node_keys[:node]))
+        for place, name in enumerate(node_keys[node]):
+            if not isinstance(name, str) or not name:
+                return False
+            key = (*prefix, *name.split("."))
+            index = offset + place
+            if is_tensor[index]:
+                keys.append(key)
+                positions.append(starts[depth] + index)
+            elif not is_dict[index] or not visit(depth + 1, sum(is_dict[:index]), key):
+                return False
+        return True
+
+    if not visit(0, 0, ()):
+        return None
+    route = _route(module, keys, api, tie_weights)
+    return None if route is None else route._replace(leaf_nodes=tuple(positions))
+
+
+def route_of_tensordict(params: Any, module: nn.Module, api: str, tie_weights: bool) -> Any:
+    if type(params) is TensorDict:
+        entries = params._tensordict
+    elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
+        entries = params._param_td._tensordict
+    else:
+        return None
+    keys: list[Key] = []
+    nodes: list[tuple[int, str, int]] = []  # (node, name in its parent, depth), root first
+    node_keys: list[tuple[str, ...]] = []
+    leaf_nodes: list[int] = []
+    leaf_names: list[str] = []
+    if not _walk(entries, (), 0, 0, keys, nodes, node_keys, leaf_nodes, leaf_names):
+        return None
+    levels, order = _levels([(parent, name, depth) for parent, name, depth in nodes])
+    route = _route(module, keys, api, tie_weights)
+    if route is None:
+        return None
+    return route._replace(
+        nodes=levels,
+        node_keys=tuple(node_keys[i] for i in order),
+        leaf_nodes=tuple(order.index(node) for node in leaf_nodes),
+        leaf_names=tuple(leaf_names),
+    )
+
+
+def _walk(
+    entries: dict,
+    prefix: Key,
+    node: int,
+    depth: int,
+    keys: list[Key],
+    nodes: list[tuple[int, str, int]],
+    node_keys: list[tuple[str, ...]],
+    leaf_nodes: list[int],
+    leaf_names: list[str],
+) -> bool:
+    """The leaves of exact TensorDicts of plain tensors and Parameters, in
+    ``flatten_eager``'s order; ``False`` on anything else."""
+    if node == 0:
+        nodes.append((-1, "", 0))
+        node_keys.append(())
+    node_keys[node] = tuple(entries)
+    for name, value in entries.items():
+        if not isinstance(name, str) or "." in name or not name:
+            return False
+        cls = type(value)
+        if cls is torch.Tensor or cls is nn.Parameter:
+            keys.append((*prefix, name))
+            leaf_nodes.append(node)
+            leaf_names.append(name)
+        elif cls is TensorDict:
+            child = len(nodes)
+            nodes.append((node, name, depth + 1))
+            node_keys.append(())
+            if not _walk(
+                value._tensordict,
+                (*prefix, name),
+                child,
+                depth + 1,
+                keys,
+                nodes,
+                node_keys,
+                leaf_nodes,
+                leaf_names,
+            ):
+                return False
+        else:
+            return False
+    return True
+
+
+def _levels(nodes: list[tuple[int, str, int]]) -> tuple[Levels, list[int]]:
+    """``nodes`` (parent, name, depth; the root first) as Levels, and the trace's order of
+    the nodes (root first, level by level) as a list of their indexes in ``nodes``."""
+    order = [0]
+    parents: list[tuple[int, ...]] = []
+    names: list[tuple[str, ...]] = []
+    depth = 1
+    while True:
+        above = {node: i for i, node in enumerate(n for n in order if nodes[n][2] == depth - 1)}
+        level = [i for i, node in enumerate(nodes) if node[2] == depth]
+        if not level:
+            return Levels(tuple(parents), tuple(names)), order
+        parents.append(tuple(above[nodes[i][0]] for i in level))
+        names.append(tuple(nodes[i][1] for i in level))
+        order.extend(level)
+        depth += 1
+
+
+def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> Route | None:
+    """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes."""
+    root, prefixes = unwrap(module)
+    if "module" in prefixes or _has_fsdp(root) or not keys:
+        return None
+    try:
+        plan = build(module, keys, api, tie_weights=tie_weights, strict=False)
+    except Exception:  # the generic path raises it, traced
+        return None
+    if plan.rnns or plan.has_attributes or plan.tie_groups or len(plan.entries) != plan.given:
+        return None
+    # Each owner once: a module at two paths, or a slot named twice, takes the generic path
+    found: list[tuple[int, str, int]] = [(-1, "", 0)]  # (parent, name, depth) per owner
+    index_of = {id(root.__dict__): 0}
+    by_modules = {id(root._modules): 0}
+    for parent_modules, name, child in plan.chain:
+        parent = by_modules.get(id(parent_modules))
+        if parent is None or id(child.__dict__) in index_of:
+            return None
+        index_of[id(child.__dict__)] = len(found)
+        by_modules[id(child._modules)] = len(found)
+        found.append((parent, name, found[parent][2] + 1))
+    levels, order = _levels(found)
+    position = {node: i for i, node in enumerate(order)}
+    owners = [_owner(root, found, node) for node in order]
+    owner_keys = tuple(tuple(owner._parameters) for owner in owners)
+    buffer_owners: list[int] = []
+    slots: list[int] = []
+    owner_of_entry: list[int] = []
+    seen: set[tuple[int, str]] = set()
+    for entry in plan.entries:
+        owner = position[index_of[id(entry.attributes)]]
+        if type(entry.slot) is not dict or (id(entry.slot), entry.name) in seen:
+            return None
+        seen.add((id(entry.slot), entry.name))
+        if entry.kind is SlotKind.PARAMETER:
+            slots.append(owner)
+        elif owner in buffer_owners:
+            slots.append(len(owners) + buffer_owners.index(owner))
+        else:
+            buffer_owners.append(owner)
+            slots.append(len(owners) + len(buffer_owners) - 1)
+        owner_of_entry.append(owner)
+    group_slots: list[int] = []
+    group_names: list[list[str]] = []
+    for slot, entry in zip(slots, plan.entries):
+        if slot not in group_slots:
+            group_slots.append(slot)
+            group_names.append([])
+        group_names[group_slots.index(slot)].append(entry.name)
+    return Route(
+        owners=levels,
+        owner_keys=owner_keys,
+        buffer_owners=tuple(buffer_owners),
+        buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
+        slots=tuple(slots),
+        names=tuple(entry.name for entry in plan.entries),
+        kinds=tuple(entry.kind for entry in plan.entries),
+        owner_of_entry=tuple(owner_of_entry),
+        dotted=tuple(".".join(key) for key in keys),
+        nodes=None,
+        node_keys=(),
+        leaf_nodes=(),
+        leaf_names=(),
+        group_slots=tuple(group_slots),
+        group_names=tuple(map(tuple, group_names)),
+    )
+
+
+def _owner(root: nn.Module, found: list[tuple[int, str, int]], node: int) -> nn.Module:
+    path = []
+    while node > 0:
+        parent, name, _ = found[node]
+        path.append(name)
+        node = parent
+    owner = root
+    for name in reversed(path):
+        child = owner._modules[name]
+        assert child is not None  # found through plan.chain
+        owner = child
+    return owner
+
+
+def _has_fsdp(root: nn.Module) -> bool:
+    from ._distributed import FSDPModule
+
+    return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
