@@ -17,9 +17,10 @@ import pytest
 import torch
 from tensordict import TensorDict
 from torch import nn
+from torch._dynamo.exc import Unsupported
 
 import fcall
-from tests.support import assert_same_state, state
+from tests.support import assert_same_state, layout, state
 
 
 class Model(nn.Module):
@@ -61,20 +62,23 @@ def values_of(m: nn.Module, container: str = "flat") -> object:
 
 def _outcome(fn: Callable, m: nn.Module, p: object, x: torch.Tensor) -> tuple:
     try:
-        return ("value", fn(m, p, x)), state(m)
+        return ("value", fn(m, p, x)), layout(m)
     except Exception as error:
-        return ("error", type(error), str(error).splitlines()[0]), state(m)
+        return ("error", type(error), str(error)), layout(m)
 
 
 def _same_outcome(compiled: tuple, eager: tuple) -> None:
+    """The same result, or the same error: under ``fullgraph=True`` Dynamo raises
+    ``Unsupported: Observed exception`` with fcall's message inside
+    (compile_tests/test_fullgraph_errors.py)."""
     (got, got_state), (expected, expected_state) = compiled, eager
     assert got[0] == expected[0], (got, expected)
     if got[0] == "value":
         torch.testing.assert_close(got[1], expected[1])
     else:
-        assert got[1] is expected[1]
-        assert expected[2] in got[2] or got[2] in expected[2], (got[2], expected[2])
-    assert len(got_state) == len(expected_state)
+        assert got[1] in (expected[1], Unsupported), (got, expected)
+        assert expected[2].splitlines()[0] in got[2], (got[2], expected[2])
+    assert got_state == expected_state
 
 
 def replace_submodule(m: Model) -> None:
@@ -112,6 +116,8 @@ def train_to_eval(m: Model) -> None:
 
 
 def add_hook(m: Model) -> None:
+    # Dynamo guards a submodule's hooks only with skip_nnmodule_hook_guards=False (its
+    # default skips them, for torch.func's compiled function too): the test turns it off
     m.body[0].register_forward_hook(lambda mod, args, out: out * 3)
 
 
@@ -136,6 +142,11 @@ CHANGES = [
 @pytest.mark.parametrize("container", ["flat", "tensordict"])
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
 def test_a_structure_changed_after_compiling_gives_eagers_outcome(counter, api, container, change):
+    with torch._dynamo.config.patch(skip_nnmodule_hook_guards=False):
+        _changed_after_compiling(counter, api, container, change)
+
+
+def _changed_after_compiling(counter, api, container, change):
     compiled_model, eager_model = Model(), Model()
     eager_model.load_state_dict(compiled_model.state_dict())
     cnt = counter("eager")
@@ -147,12 +158,13 @@ def test_a_structure_changed_after_compiling_gives_eagers_outcome(counter, api, 
     change(compiled_model)
     change(eager_model)
     compiled_model.load_state_dict(eager_model.state_dict(), strict=False)
-    _same_outcome(_outcome(fn, compiled_model, p, x), _outcome(api, eager_model, p, x))
-    # a second call of the changed structure compiles nothing more
-    frames = cnt.frame_count
-    with torch.compiler.set_stance("fail_on_recompile"):
-        _same_outcome(_outcome(fn, compiled_model, p, x), _outcome(api, eager_model, p, x))
-    assert cnt.frame_count == frames
+    changed = _outcome(fn, compiled_model, p, x)
+    _same_outcome(changed, _outcome(api, eager_model, p, x))
+    if changed[0][0] == "value":  # a second call of the changed structure compiles no more
+        frames = cnt.frame_count
+        with torch.compiler.set_stance("fail_on_recompile"):
+            _same_outcome(_outcome(fn, compiled_model, p, x), _outcome(api, eager_model, p, x))
+        assert cnt.frame_count == frames
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
@@ -165,10 +177,11 @@ def test_a_key_added_or_dropped_or_another_container_recompiles(counter, api):
     full = values_of(m)
     fewer = {k: v for k, v in full.items() if k != "shift"}
     as_tensordict = TensorDict(full).unflatten_keys(".")
-    for number, p in enumerate([full, fewer, full, as_tensordict, fewer]):
+    # full and fewer each compile once, the TensorDict once more
+    for p, frames in [(full, 1), (fewer, 2), (full, 2), (as_tensordict, 3), (fewer, 3)]:
         torch.testing.assert_close(fn(m, p, x), api(m, p, x))
         assert_same_state(m, before)
-        assert cnt.frame_count == min(number + 1, 3)  # full, fewer, the TensorDict: 3 frames
+        assert cnt.frame_count == frames
 
 
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)

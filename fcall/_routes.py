@@ -49,8 +49,9 @@ class Route(NamedTuple):
     ``_buffers`` of ``buffer_owners[i - len(owner_keys)]``."""
     names: tuple[str, ...]
     """Per entry, its name in that dict."""
-    kinds: tuple[SlotKind, ...]
-    """Per entry, its kind (parameter or buffer)."""
+    buffers: tuple[bool, ...]
+    """Per entry, whether it is a buffer's (else a parameter's). Not ``SlotKind``: Dynamo
+    guards an enum member it hashes, and a guard on a part of a constant cannot be built."""
     owner_of_entry: tuple[int, ...]
     """Per entry, its owner."""
     dotted: tuple[str, ...]
@@ -248,7 +249,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
         slots=tuple(slots),
         names=tuple(entry.name for entry in plan.entries),
-        kinds=tuple(entry.kind for entry in plan.entries),
+        buffers=tuple(entry.kind is SlotKind.BUFFER for entry in plan.entries),
         owner_of_entry=tuple(owner_of_entry),
         dotted=tuple(".".join(key) for key in keys),
         nodes=None,

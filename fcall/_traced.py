@@ -60,6 +60,8 @@ def resolve(
     written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
+    if make_parameters:  # see _preserved
+        return None
     # a dict's key structure is read in the trace, a level at a time; a TensorDict's
     # outside it, from the real object (then checked against the traced one, _values)
     # `shape` is read by _decide, through comptime (a local of this frame)
@@ -103,11 +105,16 @@ def _preserved(route: Route, values: list, slots: list[dict]) -> list | None:
     value bound for a parameter slot that tracks no gradient becomes a Parameter with the
     slot's ``requires_grad``, unless it is a Parameter with that ``requires_grad`` already.
     Only those slots' old tensors are read (each read is a guard). ``None``: a case for the
-    generic path (a Parameter bound for a buffer, a slot that holds ``None``)."""
+    generic path (a Parameter bound for a buffer, a slot that holds ``None``).
+
+    Not used yet: Dynamo's ``nn.Parameter(graph_input)`` rebuilds the whole guard set
+    (``GuardsSet.remove_guards_with_source``), so N Parameters made after the N values
+    are read cost N times N guards (56 s at 1,000 leaves, against 22 s for the traced
+    walk, which makes each as it reads its leaf). ``PRESERVE`` takes the walk."""
     is_parameter = tuple(map(isinstance, values, _repeat(nn.Parameter)))
     requires_grad = tuple(map(getattr, values, _repeat("requires_grad")))
     batched = tuple(map(_is_batched, values))
-    candidates = _candidates(route.kinds, is_parameter, requires_grad, batched)
+    candidates = _candidates(route.buffers, is_parameter, requires_grad, batched)
     if candidates is None:
         return None
     if not candidates:
@@ -127,18 +134,19 @@ def _preserved(route: Route, values: list, slots: list[dict]) -> list | None:
 
 
 _is_batched = torch._C._functorch.is_batchedtensor
+_KINDS = (SlotKind.PARAMETER, SlotKind.BUFFER)  # by Route.buffers (False, True)
 
 
 @torch.compiler.assume_constant_result
 def _candidates(
-    kinds: tuple, is_parameter: tuple, requires_grad: tuple, batched: tuple
+    buffers: tuple, is_parameter: tuple, requires_grad: tuple, batched: tuple
 ) -> tuple[int, ...] | None:
     """The entries whose old tensor ``PRESERVE`` compares with: parameter slots whose value
     tracks no gradient (a plain tensor that does goes in as it is). ``None``: a Parameter
     bound for a buffer slot (registered as a buffer: the generic path)."""
     found = []
-    for index, kind in enumerate(kinds):
-        if kind is SlotKind.BUFFER:
+    for index, buffer in enumerate(buffers):
+        if buffer:
             if is_parameter[index]:
                 return None
         elif is_parameter[index] or not (requires_grad[index] or batched[index]):
@@ -236,7 +244,7 @@ def _plan(route: Route, slots: list[dict], owners: list[nn.Module]) -> Plan:
         map(
             new_entry,
             _repeat(Entry),
-            zip(slots, route.names, range(count), attributes, route.kinds),
+            zip(slots, route.names, range(count), attributes, _pick(_KINDS, route.buffers)),
         )
     )
     plan.given = count

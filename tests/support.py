@@ -124,3 +124,9 @@ class Sliced(nn.Module):
         for layer in self.layers[: len(self.layers)]:
             x = layer(x)
         return x
+
+
+def layout(module: nn.Module) -> list:
+    """``state`` without the objects: what two modules built alike and changed alike share
+    (each slot's path, dict, name, type and requires_grad, in order)."""
+    return [row[:3] + row[4:] if len(row) == 6 else row for row in state(module)]
