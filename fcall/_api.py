@@ -11,7 +11,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from . import _distributed, _errors, _flatten, _peer_to_module, _traced
-from ._build import build, plan_while_tracing
+from ._build import build
 from ._context import attach, attach_redo, undone_by
 from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
 from ._kinds import Mode
@@ -311,7 +311,8 @@ def _resolve(
     group_by_dict: bool = False,
 ) -> tuple[Plan, _flatten.Leaves]:
     """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``.
-    ``make_parameters``, ``group_by_dict``: see ``plan_while_tracing``."""
+    Traced, a Route decides it (``fcall/_traced.py``), else the generic path: ``build``
+    traced. ``make_parameters``, ``group_by_dict``: see ``_traced.resolve``."""
     # The one is_compiling() check of a swap: past it, plan.traced tells.
     if torch.compiler.is_compiling():
         routed = _traced.resolve(
@@ -319,17 +320,6 @@ def _resolve(
         )
         if routed is not None:
             return routed
-        traced = plan_while_tracing(
-            params,
-            module,
-            api,
-            tie_weights=tie_weights,
-            strict=strict,
-            make_parameters=make_parameters,
-            group_by_dict=group_by_dict,
-        )
-        if traced is not None:
-            return traced
         leaves = _flatten.flatten_generic(params, api)
         return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict), leaves
     leaves = _flatten.flatten_eager(params, api)

@@ -1,39 +1,24 @@
 """The plan builder: every key of a params container to its slot in the module tree.
 
-One set of node functions (``_node``, ``_node_at``, ``_add_leaf``) finds a key's
-module and slot; two fronts feed them:
-
-* ``build`` takes the key tuples of a flattened container. It serves eager (where
-  ``_plan_cache.py`` keeps the plan per key structure) and every case the traced walk
-  declines, and it raises the errors: an unknown key, a key given twice, a scripted
-  module, ``strict`` misses.
-* ``plan_while_tracing`` runs while Dynamo traces, where nothing is cached and every
-  Python step of the build is compile time, per leaf. It walks params and the module
-  tree together: each params node once, with the module it names, making per leaf only
-  the plan entry and its dotted name (no key tuples, no walk from the root per key). A
-  flat dict (``"0.weight"`` keys, as ``torch.func.functional_call`` takes) is walked
-  key by key, each key's module found once per dotted prefix. Anything unusual (a
-  dotted key in a nested node, a non-string key, a ``_orig_mod.``/``module.`` prefix, a
-  key the module does not have, a value that is neither a tensor nor a container)
-  returns ``None`` and ``build`` runs, raising the same errors as in eager.
-
-``complete`` then adds the tied aliases and checks ``strict`` for both.
+``build`` takes the key tuples of a flattened container and raises the errors: an
+unknown key, a key given twice, a scripted module, ``strict`` misses. One set of node
+functions (``_node``, ``_node_at``, ``_add_leaf``) finds a key's module and slot. It runs
+in eager: for the eager plan cache (``_plan_cache.py``), for the traced front at trace time
+(``_traced.py``, which turns the plan into a Route), and, traced, for whatever a Route does
+not cover (the generic path). ``complete`` adds the tied aliases and checks ``strict``.
 """
 
 from __future__ import annotations
 
 import weakref
-from typing import Any
 
 import torch
-from tensordict import TensorDictBase
 from torch import nn
 
 from . import _errors
-from ._flatten import Key, Leaves, items_of, wrapped
+from ._flatten import Key
 from ._kinds import Entry, SlotKind, new_entry
 from ._plan import Plan, slot_of, strip, unwrap
-from ._slot_values import TRACEABLE_PARAMETER, preserved_value
 from ._ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
 
 PARAMETER = SlotKind.PARAMETER
@@ -127,92 +112,6 @@ def _add_tied_aliases(
         plan.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])
 
 
-def plan_while_tracing(
-    params: Any,
-    module: nn.Module,
-    api: str,
-    *,
-    tie_weights: bool,
-    strict: bool,
-    make_parameters: bool = False,
-    group_by_dict: bool = False,
-) -> tuple[Plan, Leaves] | None:
-    """The plan and leaves of ``params`` for ``module``, or ``None`` to take the generic path.
-    With ``make_parameters`` (``to_module``'s ``PRESERVE``), the walk also makes the Parameter
-    that each plain value bound for a parameter slot becomes (``plan.preserved``). With
-    ``group_by_dict`` (``to_module``), the names written into each dict
-    (``plan.dict_groups``, ``fcall/_registration.py``)."""
-    root, _ = unwrap(module)
-    items = _items(params, in_tensordict=False)
-    if items is None:
-        return None
-    plan, leaves = Plan(), Leaves(params, api)
-    if group_by_dict:
-        plan.dict_groups = []
-    if make_parameters:
-        plan.preserved = []
-        with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
-            walked = _walk(params, items, root, plan, leaves.values)
-    else:
-        walked = _walk(params, items, root, plan, leaves.values)
-    if not walked:
-        return None
-    plan.given = len(plan.entries)  # each name is once: a node's keys (a flat dict's) are
-    complete(plan, root, api, tie_weights=tie_weights, strict=strict)
-    plan.names_are_keys = True
-    return plan.finish(cached=False), leaves
-
-
-def _walk(params: Any, items: Any, root: nn.Module, plan: Plan, values: list) -> bool:
-    if isinstance(params, dict) and _has_dotted_key(params):
-        return _visit_flat(params, root, plan, values)
-    return _visit(items, isinstance(params, TensorDictBase), root, "", plan, values)
-
-
-def _items(node: Any, in_tensordict: bool) -> Any:
-    if isinstance(node, TensorDictBase):
-        return items_of(wrapped(node))
-    if isinstance(node, dict) and not in_tensordict:
-        return node.items()
-    return None
-
-
-def _has_dotted_key(params: dict) -> bool:
-    for name in params:
-        if isinstance(name, str) and "." in name:
-            return True
-    return False
-
-
-def _visit_flat(params: dict, root: nn.Module, plan: Plan, values: list) -> bool:
-    """Add the leaves of a flat dict: each dotted key names a module and a slot in it."""
-    nodes = {"": _node(root, plan)}  # per dotted prefix, each module found once
-    entries, names, made = plan.entries, plan.names, plan.preserved
-    for key, value in params.items():
-        if not isinstance(key, str) or not (value is None or isinstance(value, torch.Tensor)):
-            return False
-        prefix, _, name = key.rpartition(".")
-        node = nodes.get(prefix)
-        if node is None:
-            node = _node_at(prefix, nodes, plan)
-            if node is None:
-                return False
-        _, attributes, parameters, buffers, parameter_names, _, written, _ = node
-        if not prefix:
-            plan.root_dicts = (parameters, buffers)  # the root owns a key
-        if name in parameter_names:  # _add_leaf, inline
-            entries.append(new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER)))
-            if written is not None:
-                written.append(name)
-        elif not _add_other(node, name, len(values), plan):
-            return False
-        if made is not None:
-            made.append(preserved_value(value, entries[-1]))
-        names.append(key)
-        values.append(value)
-    return True
-
-
 def _node_at(prefix: str, nodes: dict, plan: Plan) -> list | None:
     """The node of the submodule at dotted ``prefix``, recording each module on its path once."""
     parent_prefix, _, name = prefix.rpartition(".")
@@ -230,42 +129,22 @@ def _node_at(prefix: str, nodes: dict, plan: Plan) -> list | None:
 
 
 def _node(owner: nn.Module, plan: Plan) -> list:
-    """What the walk reads of a module, once: its dicts and the names they hold.
+    """What the build reads of a module, once: its dicts and the names they hold.
     ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``).
-    The buffer names (last) are read when a name is not a parameter's: each dict read
-    is two guards (its type and its keys) on every call, and most modules' keys are
-    all parameters. With ``plan.dict_groups`` (to_module), the names written into each dict
-    (last two), for ``fcall/_registration.py``."""
+    The buffer names (last) are read when a name is not a parameter's: traced, each dict
+    read is two guards (its type and its keys) on every call, and most modules' keys are
+    all parameters."""
     if isinstance(owner, nn.RNNBase):
         plan.rnns.append(weakref.ref(owner))
     parameters, buffers = owner._parameters, owner._buffers
-    groups = plan.dict_groups
-    if groups is None:  # swap, functional_call: no lists made (each step is compile time)
-        return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None, None, None]
-    written_parameters: list[str] = []
-    written_buffers: list[str] = []
-    groups.append((parameters, written_parameters))
-    groups.append((buffers, written_buffers))
-    return [
-        owner,
-        owner.__dict__,
-        parameters,
-        buffers,
-        tuple(parameters),
-        None,
-        written_parameters,
-        written_buffers,
-    ]
+    return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None]
 
 
 def _add_leaf(node: list, name: str, index: int, plan: Plan) -> bool:
-    """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``.
-    The walks below inline its first branch: a traced call per leaf costs more."""
-    _, attributes, parameters, _, parameter_names, _, written, _ = node
+    """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``."""
+    _, attributes, parameters, _, parameter_names, _ = node
     if name in parameter_names:
         plan.entries.append(new_entry(Entry, (parameters, name, index, attributes, PARAMETER)))
-        if written is not None:
-            written.append(name)
         return True
     return _add_other(node, name, index, plan)
 
@@ -274,13 +153,11 @@ def _add_other(node: list, name: str, index: int, plan: Plan) -> bool:
     """A name that is not one of the node's parameters (the rest of ``slot_of``, a call
     only for these): a buffer's entry, the module's buffer names read on first need, else
     a plain tensor attribute's, or ``False``."""
-    owner, attributes, _, buffers, _, buffer_names, _, written = node
+    owner, attributes, _, buffers, _, buffer_names = node
     if buffer_names is None:
         node[5] = buffer_names = tuple(buffers)
     if name in buffer_names:
         plan.entries.append(new_entry(Entry, (buffers, name, index, attributes, SlotKind.BUFFER)))
-        if written is not None:
-            written.append(name)
         return True
     return _add_attribute(owner, name, index, plan)
 
@@ -293,43 +170,4 @@ def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:
     slot, kind = found
     plan.has_attributes = True
     plan.entries.append(new_entry(Entry, (slot, name, index, owner.__dict__, kind)))
-    return True
-
-
-def _visit(
-    items: Any, in_tensordict: bool, owner: nn.Module, prefix: str, plan: Plan, values: list
-) -> bool:
-    """Add the leaves under one params node, whose entries are ``items``, named by ``owner``."""
-    node = _node(owner, plan)
-    _, attributes, parameters, buffers, parameter_names, _, written, _ = node
-    entries, names, made = plan.entries, plan.names, plan.preserved
-    owns_a_key = False
-    for name, value in items:
-        # A dotted or non-string name is in no module dict: it falls through to the
-        # generic path, which splits or refuses it.
-        if value is None or isinstance(value, torch.Tensor):
-            if name in parameter_names:  # _add_leaf, inline
-                entries.append(
-                    new_entry(Entry, (parameters, name, len(values), attributes, PARAMETER))
-                )
-                if written is not None:
-                    written.append(name)
-            elif not _add_other(node, name, len(values), plan):
-                return False
-            if made is not None:
-                made.append(preserved_value(value, entries[-1]))
-            names.append(prefix + name)
-            values.append(value)
-            owns_a_key = True
-            continue
-        child = owner._modules.get(name)
-        inner = _items(value, in_tensordict)
-        if child is None or inner is None:
-            return False
-        plan.chain.append((owner._modules, name, child))
-        inner_in_tensordict = isinstance(value, TensorDictBase)
-        if not _visit(inner, inner_in_tensordict, child, prefix + name + ".", plan, values):
-            return False
-    if owns_a_key and not prefix:
-        plan.root_dicts = (parameters, buffers)  # as the generic build records it
     return True

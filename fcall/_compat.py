@@ -20,10 +20,12 @@ tensordict 0.15.3's.
   in 0.14.
 * ``validate_value``: ``TensorDictBase._validate_value`` takes the key (for its error
   message) in 0.15, not in 0.14.
-* ``comptime``, ``dynamo_variable``, ``has_pending_mutations``: the Dynamo internals the
-  traced front (``fcall/_traced.py``) reads at trace time, the same in torch 2.13-2.15:
-  ``torch._dynamo.comptime``, a ``ComptimeVar``'s VariableTracker and its real ``value``,
-  and the side-effect tracker's pending mutations of objects that existed before the trace.
+* ``comptime``, ``dynamo_variable``, ``has_pending_mutations``, ``inside_higher_order_op``,
+  ``tensor_facts``: the Dynamo internals the traced front (``fcall/_traced.py``) reads at
+  trace time, the same in torch 2.13-2.15: ``torch._dynamo.comptime``, a ``ComptimeVar``'s
+  VariableTracker, its real ``value`` or a traced tensor's type and ``requires_grad``, the
+  side-effect tracker's pending mutations of objects that existed before the trace, and
+  whether the tracer is a higher-order op's (``vmap``).
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ __all__ = [
     "comptime",
     "dynamo_variable",
     "has_pending_mutations",
+    "inside_higher_order_op",
+    "tensor_facts",
     "register_exit_op",
     "undone_on_error",
     "validate_value",
@@ -113,3 +117,29 @@ def has_pending_mutations(ctx: Any) -> bool:
         isinstance(var.mutation_type, existing) and effects.is_modified(var)
         for var in effects.id_to_variable.values()
     )
+
+
+def inside_higher_order_op(ctx: Any) -> bool:
+    """At trace time: whether Dynamo traces the body of a higher-order op (``vmap``)."""
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    return tx.output.current_tracer.parent is not None
+
+
+def tensor_facts(ctx: Any, name: str, positions: tuple[int, ...]) -> list[tuple[bool, bool]] | None:
+    """At trace time: for the items at ``positions`` of the caller's list ``name``, whether
+    each is a Parameter and whether it requires grad, as Dynamo traces them; ``None`` if one
+    is not a traced tensor."""
+    from torch import nn
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+    from torch._dynamo.variables.tensor import TensorVariable
+
+    items = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker().items
+    facts = []
+    for position in positions:
+        var = items[position]
+        if isinstance(var, LazyVariableTracker):
+            var = var.realize()
+        if not isinstance(var, TensorVariable):
+            return None
+        facts.append((issubclass(var.python_type(), nn.Parameter), bool(var.requires_grad)))
+    return facts

@@ -33,6 +33,24 @@ class Levels(NamedTuple):
     """Per level, each node's name in its parent."""
 
 
+class Preserve(NamedTuple):
+    """``to_module``'s ``PRESERVE`` rule for a Route's entries, decided on the real values
+    and old tensors (``fcall/_slot_values.py``'s rule)."""
+
+    wrap: tuple[int, ...]
+    """The entries whose value becomes a Parameter with its old tensor's ``requires_grad``..."""
+    wrap_requires_grad: tuple[bool, ...]
+    """... which is this (checked in the trace)."""
+    kept: tuple[int, ...]
+    """The entries whose value, a Parameter, stays: its old tensor has its ``requires_grad``..."""
+    kept_requires_grad: tuple[bool, ...]
+    """... which is this (checked in the trace)."""
+    empty: tuple[int, ...]
+    """The parameter slots that hold ``None``: their value goes in as it is (checked)."""
+    order: tuple[int, ...]
+    """Where each leaf's value is in ``values + made`` (``made``: the ``wrap`` Parameters)."""
+
+
 class Route(NamedTuple):
     """A plan for the trace: where each value goes, as indexes and names."""
 
@@ -68,6 +86,8 @@ class Route(NamedTuple):
     """``to_module``: each dict that entries write, once (fcall/_registration.py)..."""
     group_names: tuple[tuple[str, ...], ...]
     """... and the names written into it, in order."""
+    preserve: Preserve | None
+    """``to_module``'s ``PRESERVE``: what each value goes in as."""
 
 
 def route_of_dict(shape: list[tuple], module: nn.Module, api: str, tie_weights: bool) -> Any:
@@ -102,7 +122,9 @@ def route_of_dict(shape: list[tuple], module: nn.Module, api: str, tie_weights: 
     return None if route is None else route._replace(leaf_nodes=tuple(positions))
 
 
-def route_of_tensordict(params: Any, module: nn.Module, api: str, tie_weights: bool) -> Any:
+def route_of_tensordict(
+    params: Any, module: nn.Module, api: str, tie_weights: bool, preserve: bool = False
+) -> Any:
     if type(params) is TensorDict:
         entries = params._tensordict
     elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
@@ -120,6 +142,11 @@ def route_of_tensordict(params: Any, module: nn.Module, api: str, tie_weights: b
     route = _route(module, keys, api, tie_weights)
     if route is None:
         return None
+    if preserve:
+        facts = [(isinstance(v, nn.Parameter), v.requires_grad) for v in _leaf_values(entries)]
+        route = with_preserve(route, module, facts)
+        if route is None:
+            return None
     return route._replace(
         nodes=levels,
         node_keys=tuple(node_keys[i] for i in order),
@@ -258,6 +285,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         leaf_names=(),
         group_slots=tuple(group_slots),
         group_names=tuple(map(tuple, group_names)),
+        preserve=None,
     )
 
 
@@ -279,3 +307,63 @@ def _has_fsdp(root: nn.Module) -> bool:
     from ._distributed import FSDPModule
 
     return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
+
+
+def _leaf_values(entries: dict) -> list[Any]:
+    """The leaves of exact TensorDicts (``_walk`` accepted them), in its order."""
+    found: list[Any] = []
+    for value in entries.values():
+        if type(value) is TensorDict:
+            found.extend(_leaf_values(value._tensordict))
+        else:
+            found.append(value)
+    return found
+
+
+def with_preserve(route: Route, module: nn.Module, facts: list[tuple[bool, bool]]) -> Any:
+    """``route`` with ``PRESERVE`` decided for each entry on its value's ``facts`` (whether
+    a Parameter, whether it requires grad) and the module's slots; ``None`` for a Parameter
+    bound for a buffer slot (the generic path). Not batched: no Route is made under vmap."""
+    root, _ = unwrap(module)
+    owners = [_owner_at(root, route.owners, i) for i in range(len(route.owner_keys))]
+    wrap, wrap_requires_grad, kept, kept_requires_grad, empty = [], [], [], [], []
+    for index, ((is_parameter, requires_grad), buffer, owner, name) in enumerate(
+        zip(facts, route.buffers, route.owner_of_entry, route.names)
+    ):
+        if buffer:
+            if is_parameter:
+                return None
+            continue
+        if not is_parameter and requires_grad:
+            continue  # it tracks gradients: in as it is, the old tensor unread
+        old = owners[owner]._parameters[name]
+        if old is None:
+            empty.append(index)
+        elif is_parameter and requires_grad == old.requires_grad:
+            kept.append(index)
+            kept_requires_grad.append(old.requires_grad)
+        else:
+            wrap.append(index)
+            wrap_requires_grad.append(old.requires_grad)
+    count = len(facts)
+    position = {index: count + i for i, index in enumerate(wrap)}
+    return route._replace(
+        preserve=Preserve(
+            wrap=tuple(wrap),
+            wrap_requires_grad=tuple(wrap_requires_grad),
+            kept=tuple(kept),
+            kept_requires_grad=tuple(kept_requires_grad),
+            empty=tuple(empty),
+            order=tuple(position.get(index, index) for index in range(count)),
+        )
+    )
+
+
+def _owner_at(root: nn.Module, levels: Levels, index: int) -> nn.Module:
+    """Owner ``index`` of the trace's order (root first, level by level)."""
+    level: list[Any] = [root]
+    found: list[Any] = [root]
+    for parents, names in zip(levels.parents, levels.names):
+        level = [level[parent]._modules[name] for parent, name in zip(parents, names)]
+        found.extend(level)
+    return found[index]

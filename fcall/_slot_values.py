@@ -7,7 +7,8 @@ Parameter whose ``requires_grad`` is not the slot's, too), keeps one that tracks
 is (a new Parameter would cut them off), and registers a Parameter given for a buffer as a buffer
 (``nn.Buffer``). One rule, in three shapes: ``preserved`` for an eager plan whose entry i takes
 leaf i (with a bulk path in C loops for the common case), ``_registered_per_entry`` for tied
-aliases and for tracing, ``preserved_value`` for the traced walk, leaf by leaf.
+aliases and for the generic traced path; the traced front (``fcall/_traced.py``) applies the
+rule a Route decided on the real values.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import torch
 from torch import nn
 from torch._dynamo.decorators import DynamoConfigPatchProxy
 
-from ._kinds import Entry, SlotKind
+from ._kinds import SlotKind
 from ._plan import Plan
 
 _Tensor, _Parameter = torch.Tensor, nn.Parameter
@@ -116,7 +117,7 @@ def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
 def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
-    if plan.preserved is not None:  # traced: the walk made them (preserved_value)
+    if plan.preserved is not None:  # traced: the Route made them (fcall/_traced.py)
         if plan.direct:
             return plan.preserved
         return [plan.preserved[entry.leaf] for entry in plan.entries]
@@ -141,22 +142,6 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
             converted[index] = value
         new.append(value)
     return new
-
-
-def preserved_value(value: Any, entry: Entry) -> Any:
-    """What ``PRESERVE`` puts in ``entry``'s slot for ``value``, while tracing: what
-    ``_registered_per_entry`` makes, asked by the walk per leaf (``fcall/_build.py``)."""
-    slot, name, _, attributes, kind = entry
-    if value is None:
-        return value
-    if kind is PARAMETER:
-        # tracks_gradients, inline; a Parameter is compared with the slot's (as_parameter)
-        if not isinstance(value, nn.Parameter) and (value.requires_grad or _is_batched(value)):
-            return value
-        return as_parameter(value, slot[name], True)
-    if kind is BUFFER and isinstance(value, nn.Parameter):
-        return _as_buffer(value, attributes, name)
-    return value
 
 
 def _as_parameter_slot(

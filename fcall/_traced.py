@@ -35,11 +35,17 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._compat import comptime, dynamo_variable, has_pending_mutations
+from ._compat import (
+    comptime,
+    dynamo_variable,
+    has_pending_mutations,
+    inside_higher_order_op,
+    tensor_facts,
+)
 from ._flatten import Leaves, wrapped
 from ._kinds import Entry, SlotKind, new_entry
 from ._plan import Plan, unwrap
-from ._routes import Levels, Route, route_of_dict, route_of_tensordict
+from ._routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from ._slot_values import TRACEABLE_PARAMETER
 
 _repeat = itertools.repeat
@@ -60,8 +66,6 @@ def resolve(
     written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
-    if make_parameters:  # see _preserved
-        return None
     # a dict's key structure is read in the trace, a level at a time; a TensorDict's
     # outside it, from the real object (then checked against the traced one, _values)
     # `shape` is read by _decide, through comptime (a local of this frame)
@@ -76,6 +80,7 @@ def resolve(
         values = _tensordict_values(params, route)
     if values is None:
         return None
+    made = _parameters_made(route, values) if make_parameters else []
     root, _ = unwrap(module)
     owners = _descend([root], route.owners, _modules_of)
     parameters = list(map(getattr, owners, _repeat("_parameters")))
@@ -92,7 +97,7 @@ def resolve(
     if group_by_dict:
         plan.dict_groups = list(zip(_pick(dicts, route.group_slots), map(list, route.group_names)))
     if make_parameters:
-        plan.preserved = _preserved(route, values, slots)
+        plan.preserved = _preserved(route, values, slots, made)
         if plan.preserved is None:
             return None
     leaves = Leaves(params, api)
@@ -100,74 +105,44 @@ def resolve(
     return plan, leaves
 
 
-def _preserved(route: Route, values: list, slots: list[dict]) -> list | None:
-    """``to_module``'s ``PRESERVE`` rule (``fcall/_slot_values.py``) in builtin calls: a
-    value bound for a parameter slot that tracks no gradient becomes a Parameter with the
-    slot's ``requires_grad``, unless it is a Parameter with that ``requires_grad`` already.
-    Only those slots' old tensors are read (each read is a guard). ``None``: a case for the
-    generic path (a Parameter bound for a buffer, a slot that holds ``None``).
-
-    Not used yet: Dynamo's ``nn.Parameter(graph_input)`` rebuilds the whole guard set
-    (``GuardsSet.remove_guards_with_source``), so N Parameters made after the N values
-    are read cost N times N guards (56 s at 1,000 leaves, against 22 s for the traced
-    walk, which makes each as it reads its leaf). ``PRESERVE`` takes the walk."""
-    is_parameter = tuple(map(isinstance, values, _repeat(nn.Parameter)))
-    requires_grad = tuple(map(getattr, values, _repeat("requires_grad")))
-    batched = tuple(map(_is_batched, values))
-    candidates = _candidates(route.buffers, is_parameter, requires_grad, batched)
-    if candidates is None:
-        return None
-    if not candidates:
-        return values
-    old = list(map(dict.__getitem__, _pick(slots, candidates), _pick(route.names, candidates)))
-    if True in tuple(map(operator.is_, old, _repeat(None))):
-        return None
-    old_requires_grad = tuple(map(getattr, old, _repeat("requires_grad")))
-    wrap, wrap_requires_grad, order = _wrapping(
-        candidates, is_parameter, requires_grad, old_requires_grad, len(values)
-    )
-    if not wrap:
-        return values
+def _parameters_made(route: Route, values: list) -> list:
+    """``to_module``'s ``PRESERVE`` rule (``fcall/_slot_values.py``), as the Route decided
+    it on the real values (``Preserve``): each value bound to become a Parameter is made
+    one, with its old tensor's ``requires_grad``, in one ``map`` that reads each value
+    just before making its Parameter, and before the module's dicts are read. Dynamo's
+    ``nn.Parameter(graph_input)`` rebuilds the whole guard set
+    (``GuardsSet.remove_guards_with_source``): N Parameters made after N values and the
+    module's dicts are read cost N times all their guards."""
+    rule = route.preserve
+    assert rule is not None  # to_module's Route
     with TRACEABLE_PARAMETER:  # once, not per Parameter
-        made = list(map(nn.Parameter, _pick(values, wrap), wrap_requires_grad))
-    return _pick(values + made, order)
+        return list(map(nn.Parameter, _pick(values, rule.wrap), rule.wrap_requires_grad))
 
 
-_is_batched = torch._C._functorch.is_batchedtensor
+def _preserved(route: Route, values: list, slots: list[dict], made: list) -> list | None:
+    """What each leaf goes in as, once the old tensors the Route decided on are read and
+    checked, and every value is read, so that Dynamo guards the decisions' inputs (the
+    values' types and ``requires_grad``, the old tensors' ``requires_grad``, a slot holding
+    ``None``). ``None``: a check failed (the generic path decides)."""
+    rule = route.preserve
+    assert rule is not None
+    names = route.names
+    read = _slot_values(slots, names, rule.wrap + rule.kept)
+    expected = rule.wrap_requires_grad + rule.kept_requires_grad
+    if not _same(tuple(map(getattr, read, _repeat("requires_grad"))), expected):
+        return None
+    empty = tuple(map(operator.is_, _slot_values(slots, names, rule.empty), _repeat(None)))
+    if False in empty:  # a slot that held None holds a tensor now
+        return None
+    tuple(map(isinstance, values, _repeat(torch.Tensor)))  # every value read: guarded
+    return _pick(values + made, rule.order)
+
+
 _KINDS = (SlotKind.PARAMETER, SlotKind.BUFFER)  # by Route.buffers (False, True)
 
 
-@torch.compiler.assume_constant_result
-def _candidates(
-    buffers: tuple, is_parameter: tuple, requires_grad: tuple, batched: tuple
-) -> tuple[int, ...] | None:
-    """The entries whose old tensor ``PRESERVE`` compares with: parameter slots whose value
-    tracks no gradient (a plain tensor that does goes in as it is). ``None``: a Parameter
-    bound for a buffer slot (registered as a buffer: the generic path)."""
-    found = []
-    for index, buffer in enumerate(buffers):
-        if buffer:
-            if is_parameter[index]:
-                return None
-        elif is_parameter[index] or not (requires_grad[index] or batched[index]):
-            found.append(index)
-    return tuple(found)
-
-
-@torch.compiler.assume_constant_result
-def _wrapping(
-    candidates: tuple, is_parameter: tuple, requires_grad: tuple, old: tuple, count: int
-) -> tuple[tuple[int, ...], tuple[bool, ...], tuple[int, ...]]:
-    """Which candidates become a new Parameter, with which ``requires_grad``, and where
-    each leaf's value is in ``values + made``."""
-    wrap, wrap_requires_grad = [], []
-    for index, old_requires_grad in zip(candidates, old):
-        if not (is_parameter[index] and requires_grad[index] == old_requires_grad):
-            wrap.append(index)
-            wrap_requires_grad.append(old_requires_grad)
-    position = {index: count + i for i, index in enumerate(wrap)}
-    order = tuple(position.get(index, index) for index in range(count))
-    return tuple(wrap), tuple(wrap_requires_grad), order
+def _slot_values(slots: list[dict], names: tuple[str, ...], entries: tuple[int, ...]) -> list:
+    return list(map(dict.__getitem__, _pick(slots, entries), _pick(names, entries)))
 
 
 def _dict_shape(params: dict) -> tuple[list[tuple], list[Any]]:
@@ -297,7 +272,14 @@ def _route_of(ctx: Any) -> Route | None:
     if not isinstance(module, nn.Module):
         return None
     shape = ctx.get_local("shape").as_python_constant()
-    if shape is not None:
-        return route_of_dict(shape, module, api, tie_weights)
-    params = dynamo_variable(ctx, "params")
-    return route_of_tensordict(params, module, api, tie_weights)
+    preserve = ctx.get_local("make_parameters").as_python_constant()
+    if preserve and inside_higher_order_op(ctx):  # under vmap the values are batched
+        return None
+    if shape is None:
+        params = dynamo_variable(ctx, "params")
+        return route_of_tensordict(params, module, api, tie_weights, preserve)
+    route = route_of_dict(shape, module, api, tie_weights)
+    if route is None or not preserve:
+        return route
+    facts = tensor_facts(ctx, "level_values", route.leaf_nodes)
+    return None if facts is None else with_preserve(route, module, facts)

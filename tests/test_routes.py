@@ -1,0 +1,160 @@
+"""A Route (``fcall/_routes.py``) puts every value where the one builder's plan does, or
+declines, and then the generic path decides (and raises).
+
+A Route is built at trace time from the real module, and its reads and writes go through
+builtins that run the same in eager: here both run in eager, and the slots a Route reaches
+are compared with the generic plan's. compile_tests/ check it under ``torch.compile``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch import nn
+
+import fcall
+from fcall import _flatten, _traced
+from fcall._build import build
+from fcall._plan import unwrap
+from fcall._routes import route_of_dict, route_of_tensordict, with_preserve
+from tests.support import Net, Tied, flat
+
+
+def _generic(params, module, tie_weights=True):
+    leaves = _flatten.flatten(params, "t")
+    plan = build(module, leaves.keys, "t", tie_weights=tie_weights, strict=False)
+    return plan, leaves
+
+
+def _routed(params, module, tie_weights=True):
+    """The Route of ``params`` in ``module`` run in eager: (slot, name, value) per entry."""
+    if isinstance(params, dict):
+        shape, level_values = _traced._dict_shape(params)
+        route = route_of_dict(shape, module, "t", tie_weights)
+        if route is None:
+            return None
+        values = _traced._pick(level_values, route.leaf_nodes)
+    else:
+        route = route_of_tensordict(params, module, "t", tie_weights)
+        if route is None:
+            return None
+        values = _traced._tensordict_values(params, route)
+    owners = _traced._descend([unwrap(module)[0]], route.owners, _traced._modules_of)
+    dicts = [owner._parameters for owner in owners]
+    dicts += [owners[i]._buffers for i in route.buffer_owners]
+    slots = _traced._pick(dicts, route.slots)
+    return route, [(id(slot), name) for slot, name in zip(slots, route.names)], values
+
+
+class WithAttribute(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(2, 2)
+        self.scale = torch.ones(2)  # a plain tensor attribute
+
+
+def _cases():
+    net = Net()
+    td = fcall.from_module(net)
+    deep = nn.Sequential(nn.Sequential(Net()))
+    return [
+        ("TensorDict", td, net),
+        ("nested dict", td.to_dict(), net),
+        ("partial", TensorDict({"lin": {"weight": torch.ones(4, 3)}}), net),
+        ("TensorDictParams", fcall.TensorDictParams(td.detach().clone()), net),
+        ("flat dict", flat(td), net),
+        ("flat dict, keys out of order", dict(reversed(flat(td).items())), net),
+        (
+            "flat dict, root and nested keys",
+            {"offset": torch.ones(4), "lin.bias": torch.ones(4)},
+            net,
+        ),
+        (
+            "dict with dotted and nested keys",
+            {"lin": {"bias": torch.ones(4)}, "bn.weight": torch.ones(4)},
+            net,
+        ),
+        ("flat dict, deep", flat(fcall.from_module(deep)), deep),
+        ("a compiled module", flat(td), torch.compile(net)),
+    ]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda case: case[0])
+@pytest.mark.parametrize("tie_weights", [True, False])
+def test_a_route_reaches_the_generic_plans_slots(case, tie_weights):
+    _, params, module = case
+    routed = _routed(params, module, tie_weights)
+    assert routed is not None, "the Route declined"
+    route, slots, values = routed
+    plan, leaves = _generic(params, module, tie_weights)
+    assert slots == [(id(entry.slot), entry.name) for entry in plan.entries]
+    assert [id(v) for v in values] == [id(leaves.values[e.leaf]) for e in plan.entries]
+    assert list(route.dotted) == [".".join(key) for key in leaves.keys]
+
+
+@pytest.mark.parametrize(
+    ("params", "module"),
+    [
+        (TensorDict({"emb": {"weight": torch.ones(5, 3)}}), Tied()),  # a tied name given
+        ({"emb.weight": torch.ones(5, 3), "head.weight": torch.ones(5, 3)}, Tied()),
+        (flat(fcall.from_module(nn.Sequential(nn.GRU(2, 3)))), nn.Sequential(nn.GRU(2, 3))),
+        ({"lin.weight": torch.ones(2, 2), "scale": torch.ones(2)}, WithAttribute()),
+        ({"lin": {"wieght": torch.ones(4, 3)}}, Net()),  # unknown: the generic path raises
+        ({"lin.wieght": torch.ones(4, 3)}, Net()),
+        ({"lin": {"weight": "not a tensor"}}, Net()),
+        ({"lin.weight": None}, Net()),
+        ({"lin..weight": torch.ones(4, 3)}, Net()),
+        ({"lin": torch.ones(4, 3)}, Net()),  # a module's name for a tensor
+        ({"lin.weight": torch.ones(4, 3), 0: torch.ones(1)}, Net()),
+        ({}, Net()),
+        (TensorDict({"lin": {"bn.weight": torch.ones(4, 3)}}), Net()),  # a dotted TensorDict key
+    ],
+    ids=[
+        "tied-given",
+        "tied-both-given",
+        "rnn",
+        "plain-attribute",
+        "unknown",
+        "flat-unknown",
+        "not-a-tensor",
+        "none-value",
+        "empty-name",
+        "module-name",
+        "non-string-key",
+        "empty",
+        "dotted-tensordict-key",
+    ],
+)
+def test_a_route_declines_what_the_generic_path_decides(params, module):
+    assert _routed(params, module) is None
+
+
+def test_a_shared_submodule_takes_the_generic_path():
+    shared = nn.Linear(2, 2)
+    module = nn.Sequential(shared, shared)
+    assert _routed(flat(fcall.from_module(module)), module, tie_weights=False) is None
+
+
+def test_preserve_wraps_plain_values_and_keeps_parameters_with_the_slots_requires_grad():
+    net = Net()
+    net.lin.bias.requires_grad_(False)
+    params = TensorDict(
+        {
+            "lin": {"weight": torch.ones(4, 3), "bias": nn.Parameter(torch.ones(4))},
+            "bn": {"weight": torch.ones(4, requires_grad=True), "running_mean": torch.ones(4)},
+        }
+    )
+    route = route_of_tensordict(params, net, "t", False, preserve=True)
+    rule = route.preserve
+    names = list(route.dotted)
+    assert [names[i] for i in rule.wrap] == ["lin.weight", "lin.bias"]  # lin.bias: its flag
+    assert rule.wrap_requires_grad == (True, False)
+    assert rule.kept == ()  # bn.weight tracks gradients: in as it is; running_mean: a buffer
+    assert rule.order == (4, 5, 2, 3)
+
+
+def test_preserve_declines_a_parameter_for_a_buffer():
+    net = Net()
+    route = route_of_tensordict(TensorDict({"offset": torch.ones(4)}), net, "t", False)
+    assert with_preserve(route, net, [(True, True)]) is None
