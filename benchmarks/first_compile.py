@@ -45,6 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--containers", nargs="+", default=list(CONTAINERS), choices=CONTAINERS)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--rounds", type=int, default=15, help="per_call: interleaved rounds")
+    parser.add_argument("--plot", help="also draw steps and seconds against leaves (PNG path)")
 
 
 def compiled_call(api: str, model: torch.nn.Module, **options: Any) -> Callable:
@@ -193,4 +194,47 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
     started = time.perf_counter()
     for section in args.sections:
         SECTIONS[section](args, record)
+    if args.plot:
+        plot(record.results, args.plot)
     print(f"({time.perf_counter() - started:.0f} s)")
+
+
+PLOTTED = {
+    MODEL: "no swap (the floor)",
+    PEER: "torch.func.functional_call",
+    "fcall.swap (tensordict)": "fcall.swap",
+    "fcall.functional_call (flat)": "fcall.functional_call",
+    "fcall.to_module (tensordict)": "fcall.to_module",
+}
+
+
+def plot(results: dict[str, Any], path: str) -> None:
+    """Dynamo steps and first-call seconds (aot_eager) against leaves, a line per cell."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tables = {
+        int(title.split(", ")[1].split()[0].replace(",", "")): table
+        for title, table in results.items()
+        if title.startswith("first compile")
+    }
+    sizes = sorted(tables)
+    fig, (steps_ax, seconds_ax) = plt.subplots(1, 2, figsize=(10, 4))
+    for cell, label in PLOTTED.items():
+        found = [n for n in sizes if cell in tables[n]]
+        steps_ax.plot(found, [tables[n][cell]["steps"] for n in found], "o-", label=label)
+        timed = [n for n in found if "aot_eager s" in tables[n][cell]]
+        seconds = [tables[n][cell]["aot_eager s"] for n in timed]
+        seconds_ax.plot(timed, seconds, "o-", label=label)
+    for ax, title in ((steps_ax, "Dynamo steps"), (seconds_ax, "first call, CPU s (aot_eager)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("leaves")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    steps_ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"wrote {path}")

@@ -11,7 +11,9 @@ tensor([0.])
 
 from ._api import swap as swap
 from ._api import to_module as to_module
+from ._checkpoint import CheckpointMismatch as CheckpointMismatch
 from ._checkpoint import from_checkpoint as from_checkpoint
+from ._errors import UnknownKey as UnknownKey
 from ._from_module import from_module as from_module
 from ._functional_call import functional_call as functional_call
 from ._params import TensorDictParams as TensorDictParams
@@ -20,7 +22,9 @@ from ._route import behind_tensordict as behind_tensordict
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointMismatch",
     "TensorDictParams",
+    "UnknownKey",
     "__version__",
     "behind_tensordict",
     "from_checkpoint",

@@ -16,8 +16,19 @@ UNCHANGED = "The module was left unchanged."
 
 
 class UnknownKey(KeyError):
-    """A params key names no parameter, buffer or tensor attribute of the module (raised
-    before anything is written; ``functional_call`` then sets it as torch.func does)."""
+    """A params key names no parameter, buffer or tensor attribute of the module.
+
+    Raised by ``swap``, ``to_module`` and ``functional_call(..., unknown_keys="raise")``
+    before anything is written (``functional_call``'s default sets such a key as an
+    attribute, as torch.func does); the message names the key and the nearest existing ones.
+
+    >>> import torch, fcall
+    >>> try:
+    ...     fcall.swap({"wieght": torch.zeros(1, 1)}, torch.nn.Linear(1, 1)).__enter__()
+    ... except fcall.UnknownKey as error:
+    ...     print(error.args[0].split(" (")[0])
+    fcall.swap: 'wieght' names no parameter or buffer of Linear
+    """
 
 
 def dotted(key: tuple[str, ...]) -> str:
@@ -48,10 +59,20 @@ def not_a_tensor(api: str, key: str, value: object) -> str:
         f"{value} is not an instance of torch.Tensor\n" if api.endswith("functional_call") else ""
     )
     return (
-        f"{peer}{api}: the value at {key!r} is a {type(value).__name__}, expected a torch.Tensor. "
+        f"{peer}{api}: the value at {key!r} is a {type_name(value)}, expected a torch.Tensor. "
         f"Only tensors can be swapped into a module; remove the entry or convert it "
         f"to a tensor. {UNCHANGED}"
     )
+
+
+def type_name(value: object) -> str:
+    """A builtin type's name (``int``); any other type's with its module
+    (``functorch.dim.Tensor``, whose bare name reads as torch's)."""
+    cls = type(value)
+    return cls.__name__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+EMPTY_NAME = 'tensor name can\'t be empty string ""'  # torch.func's (NamedMemberAccessor)
 
 
 def not_a_module(api: str, module: object) -> str:

@@ -89,6 +89,8 @@ def _call_with_extras(
     module: nn.Module, params: Params, args: tuple, kwargs: dict, tie_weights: bool, strict: bool
 ) -> Any:
     api = "fcall.functional_call"
+    if isinstance(params, Mapping) and "" in params:  # torch.func refuses the empty name
+        raise KeyError(_errors.EMPTY_NAME)
     found = _extra_keys.split(params, module, api)
     if strict:
         raise _extra_keys.strict_error(module, found, tie_weights, api) from None

@@ -242,3 +242,33 @@ def test_strict_checks_keys_before_looking_for_a_missing_submodule():
     ours = _raised(fcall.functional_call, m, params, (torch.ones(1, 1),), strict=True)
     assert type(ours) is type(theirs) is RuntimeError
     assert str(ours).startswith(str(theirs) + "\nfcall.functional_call(strict=True): ")
+
+
+def test_an_empty_name_is_refused_with_torchs_key_error():
+    ours, peer = nn.Linear(2, 2), nn.Linear(2, 2)
+    before = state(ours)
+    with pytest.raises(KeyError) as expected:
+        torch.func.functional_call(peer, {"": torch.ones(2)}, (torch.ones(2),))
+    with pytest.raises(KeyError) as got:
+        fcall.functional_call(ours, {"": torch.ones(2)}, (torch.ones(2),))
+    assert str(got.value) == str(expected.value) == "'tensor name can\\'t be empty string \"\"'"
+    assert_same_state(ours, before)
+    assert "" not in ours.__dict__
+
+
+def test_a_first_class_dim_value_is_named_by_its_type():
+    functorch_dim = pytest.importorskip("functorch.dim")
+    value = torch.randn(2, 2)[functorch_dim.dims(1)]
+    m = nn.Linear(2, 2)
+    before = state(m)
+    with pytest.raises(TypeError) as expected:
+        torch.func.functional_call(m, {"weight": value}, (torch.ones(2),))
+    with pytest.raises(TypeError) as got:
+        fcall.functional_call(m, {"weight": value}, (torch.ones(2),))
+    # torch.func's own words first (the value's repr spans lines), then fcall's
+    assert str(got.value) == str(expected.value) + "\n" + (
+        "fcall.functional_call: the value at 'weight' is a functorch.dim.Tensor, expected a "
+        "torch.Tensor. Only tensors can be swapped into a module; remove the entry or convert "
+        "it to a tensor. The module was left unchanged."
+    )
+    assert_same_state(m, before)

@@ -88,3 +88,18 @@ def test_no_import_cycle_in_fcall():
         graph[name] = {target for target in graph[name] if target in graph} - {name}
     order = list(graphlib.TopologicalSorter(graph).static_order())  # CycleError if a cycle
     assert set(order) == set(graph)
+
+
+def test_the_errors_fcall_raises_on_purpose_are_public():
+    import torch
+
+    assert issubclass(fcall.UnknownKey, KeyError)
+    assert issubclass(fcall.CheckpointMismatch, KeyError)
+    assert issubclass(fcall.CheckpointMismatch, ValueError)
+    try:
+        with fcall.swap({"wieght": torch.zeros(1, 1)}, torch.nn.Linear(1, 1)):
+            pass
+    except fcall.UnknownKey as error:
+        assert "'wieght' names no parameter or buffer of Linear" in str(error)
+    else:
+        raise AssertionError("no UnknownKey")
