@@ -115,18 +115,21 @@ def test_dynamo_builds_each_parameter_before_the_graph_on_every_call(counter):
         (entry,) = _debug_get_cache_entry_list(fn.__code__)
         inputs[fn.__name__ + " builds Parameters"] = "Parameter" in entry.code.co_names
     assert inputs == {
-        "plain_values": 1 + 2 * leaves,  # x, each value, and the Parameter made of it
+        # x and each Parameter made of a value (the value is read to make it before the
+        # graph, guarded, and not itself an input of the graph)
+        "plain_values": 1 + leaves,
         "plain_values builds Parameters": True,
         "parameter_values": 1 + leaves,
         "parameter_values builds Parameters": False,
     }
 
 
-def test_each_parameter_is_made_as_the_walk_reaches_its_leaf(counter, monkeypatch):
+def test_each_parameter_is_made_before_the_modules_dicts_are_read(counter, monkeypatch):
     # Dynamo's nn.Parameter(graph_input) scans every guard made so far
-    # (remove_guards_with_source): made after the whole module walk, N Parameters cost
-    # N times the whole guard set, which made this cell's first compile 2.7x torch.func's
-    # at 1,000 leaves. Made as each leaf is reached, the guard set is still growing.
+    # (remove_guards_with_source): made after the module's dicts and the values are read,
+    # N Parameters cost N times that whole guard set (a first compile 7x the model's at
+    # 1,000 leaves). The traced front makes them first (fcall/_traced.py): the guard set
+    # does not grow while they are made.
     from torch._guards import GuardsSet
 
     sizes = []
@@ -145,4 +148,4 @@ def test_each_parameter_is_made_as_the_walk_reaches_its_leaf(counter, monkeypatc
 
     torch.compile(f, backend=counter("eager"), fullgraph=True)(torch.randn(1, 2), plain(m))
     assert len(sizes) == 20
-    assert sizes == sorted(sizes) and sizes[0] < sizes[-1] / 2
+    assert max(sizes) <= min(sizes) + len(sizes) < 10 * len(sizes)
