@@ -32,7 +32,21 @@ _LISTED = 8  # keys named per line of the error; the rest are counted
 
 class CheckpointMismatch(KeyError, ValueError):
     """The checkpoint and the module (or ``keys=``) disagree: keys or shapes. A ``KeyError``
-    and a ``ValueError``; its message is printed as it is (not quoted, as a KeyError's)."""
+    and a ``ValueError``; its message is printed as it is (not quoted, as a KeyError's).
+    Raised by ``fcall.from_checkpoint`` before anything is read.
+
+    >>> import tempfile, warnings, torch, fcall
+    >>> import torch.distributed.checkpoint as dcp
+    >>> folder = tempfile.mkdtemp()
+    >>> with warnings.catch_warnings():  # one process, no process group: DCP says so
+    ...     warnings.simplefilter("ignore")
+    ...     _ = dcp.save({"weight": torch.zeros(2, 2)}, checkpoint_id=folder)
+    >>> try:
+    ...     fcall.from_checkpoint(folder, torch.nn.Linear(2, 2))
+    ... except fcall.CheckpointMismatch as error:
+    ...     print(str(error).splitlines()[1])
+      - missing from the checkpoint: 'bias'
+    """
 
     def __str__(self) -> str:
         return str(self.args[0])
