@@ -36,7 +36,7 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
         # (cheaper than finding out whether it changes the order)
         for slot, name in plan.pairs:
             slot[name] = slot.pop(name)
-    elif targets is None:  # traced: the walk grouped the names (fcall/_build.py), or here
+    elif targets is None:  # traced: the Route grouped the names to move (fcall/_routes.py)
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
         for slot, names in plan.dict_groups:
@@ -54,6 +54,7 @@ def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
     Unchanged, the names written are still last in their dicts, in order (the commit put
     them there, the restore wrote in place): only the hooks run."""
     if changed:
+        plan.dict_groups = None  # the block changed the dicts' order: grouped again
         reregister(plan, module, None, [])
     else:
         run_hooks(plan, module, None, range(len(plan.entries)), [])

@@ -83,9 +83,10 @@ class Route(NamedTuple):
     leaf_names: tuple[str, ...]
     """Per leaf, its name in that node."""
     group_slots: tuple[int, ...]
-    """``to_module``: each dict that entries write, once (fcall/_registration.py)..."""
+    """``to_module``: the dicts whose names written are not already last in them, in order
+    (tensordict's registration order moves them, fcall/_registration.py)..."""
     group_names: tuple[tuple[str, ...], ...]
-    """... and the names written into it, in order."""
+    """... and those names, in order."""
     preserve: Preserve | None
     """``to_module``'s ``PRESERVE``: what each value goes in as."""
 
@@ -269,6 +270,14 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
             group_slots.append(slot)
             group_names.append([])
         group_names[group_slots.index(slot)].append(entry.name)
+    # A dict that already ends with its names, in order, is left as it is (the trace checks
+    # its keys, in order, against these: _traced.resolve)
+    keys_of = [*owner_keys, *(tuple(owners[i]._buffers) for i in buffer_owners)]
+    moved = [
+        (slot, names)
+        for slot, names in zip(group_slots, group_names)
+        if keys_of[slot][len(keys_of[slot]) - len(names) :] != tuple(names)
+    ]
     return Route(
         owners=levels,
         owner_keys=owner_keys,
@@ -283,8 +292,8 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         node_keys=(),
         leaf_nodes=(),
         leaf_names=(),
-        group_slots=tuple(group_slots),
-        group_names=tuple(map(tuple, group_names)),
+        group_slots=tuple(slot for slot, _ in moved),
+        group_names=tuple(tuple(names) for _, names in moved),
         preserve=None,
     )
 

@@ -66,9 +66,9 @@ def resolve(
     written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
-    # a dict's key structure is read in the trace, a level at a time; a TensorDict's
-    # outside it, from the real object (then checked against the traced one, _values)
-    # `shape` is read by _decide, through comptime (a local of this frame)
+    # a dict's key structure is read in the trace, a level at a time (`shape`, which
+    # _decide reads as a local of this frame); a TensorDict's outside it, from the real
+    # object, then checked against the traced one (_tensordict_values)
     shape, level_values = _dict_shape(params) if isinstance(params, dict) else (None, None)  # noqa: RUF059
     comptime(_decide)  # reads module, params, shape, api, tie_weights (locals here)
     route = _decided()
@@ -252,7 +252,9 @@ def _decide(ctx: Any) -> None:
 def _decided() -> Route | None:
     """The Route ``_decide`` found, as a constant of the trace (no argument: no guard).
     Outside Dynamo (``torch.export(strict=False)``) nothing was decided: ``None``."""
-    return _DECIDED.pop() if _DECIDED else None
+    route = _DECIDED.pop() if _DECIDED else None
+    _DECIDED.clear()  # nothing of an abandoned trace is left for the next one
+    return route
 
 
 @torch.compiler.assume_constant_result
