@@ -12,8 +12,9 @@ every owner still has the same number of parameters (and of buffers, where the p
 swaps one of them or ``strict=True`` asks for all), every name is still in its dict,
 and tied names still share one tensor. Any change (a submodule replaced, a parameter
 registered or deleted, a buffer turned into a parameter, weights untied) rebuilds the
-plan. Under Dynamo no cache is used: the plan is built in the traced code, where
-Dynamo already guards on the module structure it walks.
+plan. Under Dynamo no cache is used: the plan is decided at trace time and handed to the
+trace as a Route (``fcall/_traced.py``), whose reads Dynamo guards; or, on the generic
+path, built in the traced code, where Dynamo guards the module structure it walks.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class Plan:
         # eager, tie_weights or strict: the slots the swap does not write, checked by
         # identity before each reuse (fcall/_ties.py): a tie made later rebuilds the plan
         self.watch: TieWatch | None = None
-        # traced: the trace's walk found a tensor under two names, so finish() looks for
+        # traced: the build found a tensor under two names, so finish() looks for
         # a slot that two entries name (id(slot): a guard on the dict); eager: always
         self.may_repeat_slots = False
         self.direct = True  # entry i takes leaf i: no tied aliases
@@ -91,11 +92,12 @@ class Plan:
         self.rnns: list[weakref.ref[nn.RNNBase]] = []
         self.layout: Any = None  # the old-values TensorDict layout, made on first use
         # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
-        # parameter slot: its Parameter), made by the walk (fcall/_build.py) as it reaches
-        # the leaf, before the rest of the module is guarded
+        # parameter slot: its Parameter), made by the traced front (fcall/_traced.py)
+        # before the module's dicts are read
         self.preserved: list[Any] | None = None
         self.distributed: Any = None  # set by _distributed on first use
-        # traced to_module: the names written into each dict (fcall/_registration.py)
+        # traced to_module: the names written into each dict whose order they change
+        # (fcall/_registration.py; a Route's, or grouped on first use)
         self.dict_groups: list[tuple[dict, list[str]]] | None = None
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped

@@ -16,9 +16,10 @@ gets its own value, where torch.func would ask for one value for both), and a ti
 buffers (a forward that reassigns a buffer, ``self.count = self.count + 1``, would make
 every plan stale on every call; ``docs/behaviour.md``).
 
-Under Dynamo no plan is cached: the trace walks the module's tensors for their ties, as
-``torch.func.functional_call`` does, and nothing is recorded anywhere. fcall registers no
-global hook and writes nothing into a module.
+Under Dynamo no plan is cached: the ties are found at trace time on the real module
+(``fcall/_traced.py``), or, on the generic path, by a walk of the module's tensors in the
+trace, as ``torch.func.functional_call`` does; nothing is recorded anywhere. fcall
+registers no global hook and writes nothing into a module.
 """
 
 from __future__ import annotations
