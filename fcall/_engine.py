@@ -25,7 +25,7 @@ from . import _errors
 from ._flatten import Leaves
 from ._inplace import check_inplace, copy_inplace
 from ._kinds import Entry, Mode, SlotKind
-from ._plan import Plan, read_slots
+from ._plan import Plan, attributes_of, read_slots
 from ._registration import reregister, reregister_restored, run_hooks
 from ._slot_values import registered_values
 
@@ -251,8 +251,8 @@ def _check_deleted_slots(plan: Plan, current: list[Any]) -> None:
     taken = []
     for index in range(len(current)):
         if current[index] is GONE:
-            slot, name, _, attributes, _ = plan.entries[index]
-            if _taken_elsewhere(attributes, slot, name):
+            slot, name, _, _, _ = plan.entries[index]
+            if _taken_elsewhere(attributes_of(plan, index), slot, name):
                 del slot[name]  # not registered twice: the block's new owner of the name stays
                 taken.append(plan.names[index])
     if taken:
@@ -299,18 +299,21 @@ def _write_back(swap: Swap, current: list[Any]) -> None:
 
 
 def _targets(plan: Plan, new: list, mode: Mode) -> list[dict] | None:
-    targets = [_target_slot(entry, value, mode) for entry, value in zip(plan.entries, new)]
+    targets = [
+        _target_slot(entry, attributes_of(plan, index), value, mode)
+        for index, entry, value in zip(range(len(new)), plan.entries, new)
+    ]
     if all(target is entry.slot for target, entry in zip(targets, plan.entries)):
         return None
     return targets
 
 
-def _target_slot(entry: Entry, value: Any, mode: Mode) -> dict:
+def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict:
     is_parameter = isinstance(value, nn.Parameter)
     if mode is REPLACE:
         if is_parameter:
-            return entry.attributes["_parameters"]
-        return entry.attributes if entry.kind is not SlotKind.BUFFER else entry.slot
+            return attributes["_parameters"]
+        return attributes if entry.kind is not SlotKind.BUFFER else entry.slot
     if entry.kind is SlotKind.ATTRIBUTE and is_parameter:
-        return entry.attributes["_parameters"]
+        return attributes["_parameters"]
     return entry.slot

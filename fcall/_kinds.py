@@ -47,9 +47,9 @@ class Entry(NamedTuple):
     """The key's last part: its name inside ``slot``."""
     leaf: int
     """The index of the value in the params leaves (a tied alias: its source's)."""
-    attributes: dict[str, Any]
+    attributes: dict[str, Any] | None
     """The owner's ``__dict__``, rather than the owner: a plan must not keep its module
-    alive."""
+    alive. ``None`` in a traced Route's plan (``_plan.attributes_of`` reads it on need)."""
     kind: SlotKind
 
 

@@ -48,6 +48,7 @@ class Plan:
         "may_repeat_slots",
         "names",
         "names_are_keys",
+        "owners",
         "pairs",
         "parameter_leaves",
         "preserved",
@@ -101,6 +102,8 @@ class Plan:
         self.dict_groups: list[tuple[dict, list[str]]] | None = None
         self.checks: list[tuple] = []  # what is_current compares, one row per module
         self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped
+        # a Route's plan whose entries hold no owner __dict__: each entry's owner module
+        self.owners: list[nn.Module] | None = None
         self.traced = False  # built while Dynamo traces (fcall/_traced.py, or build traced)
 
     def finish(self, cached: bool = True, strict: bool = True) -> Plan:
@@ -188,6 +191,15 @@ class Plan:
             except KeyError:
                 return False
         return True
+
+
+def attributes_of(plan: Plan, index: int) -> dict[str, Any]:
+    """The ``__dict__`` of entry ``index``'s owner module."""
+    attributes = plan.entries[index].attributes
+    if attributes is None:  # a Route's plan (fcall/_traced.py): read on first need
+        assert plan.owners is not None
+        attributes = plan.owners[index].__dict__
+    return attributes
 
 
 def read_slots(plan: Plan) -> list[Any]:

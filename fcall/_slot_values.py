@@ -22,7 +22,7 @@ from torch import nn
 from torch._dynamo.decorators import DynamoConfigPatchProxy
 
 from ._kinds import SlotKind
-from ._plan import Plan
+from ._plan import Plan, attributes_of
 
 _Tensor, _Parameter = torch.Tensor, nn.Parameter
 PARAMETER, BUFFER = SlotKind.PARAMETER, SlotKind.BUFFER
@@ -55,7 +55,7 @@ def preserved(plan: Plan, values: list, old: list) -> list:
         if entry.kind is not PARAMETER or old_value is None or value is None:
             if entry.kind is not BUFFER or not isinstance(value, _Parameter):
                 continue
-            value = _as_buffer(value, entry.attributes, entry.name)  # registered as a buffer
+            value = _as_buffer(value, attributes_of(plan, index), entry.name)  # as a buffer
         elif (cls := type(value)) is _Tensor:
             if value.requires_grad or _is_batched(value):
                 continue  # it tracks gradients: it goes in as it is
@@ -131,14 +131,16 @@ def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> 
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
-    for (_, name, index, attributes, kind), old_value in zip(plan.entries, old):
+    for entry_index, (_, name, index, _, kind), old_value in zip(
+        range(len(old)), plan.entries, old
+    ):
         value = converted.get(index)
         if value is None:
             value = values[index]
             if kind is PARAMETER and value is not None:
                 value = _as_parameter_slot(value, old_value, traced)
             elif kind is BUFFER and isinstance(value, nn.Parameter):
-                value = _as_buffer(value, attributes, name)
+                value = _as_buffer(value, attributes_of(plan, entry_index), name)
             converted[index] = value
         new.append(value)
     return new

@@ -93,7 +93,10 @@ def resolve(
             return None
         dicts = parameters + buffers
     slots = _pick(dicts, route.slots)
-    plan = _plan(route, slots, owners)
+    # the owners' __dict__ (a Dynamo dict of each module's attributes, costly to build) only
+    # where the writes need it: to_module(preserve_module_state=False) moves values between
+    # dicts; elsewhere a slot deleted in the block asks for it (Plan.attributes_of)
+    plan = _plan(route, slots, owners, group_by_dict and not make_parameters)
     if group_by_dict:
         plan.dict_groups = list(zip(_pick(dicts, route.group_slots), map(list, route.group_names)))
     if make_parameters:
@@ -210,16 +213,19 @@ def _pick(items: Sequence[Any], indexes: tuple[int, ...]) -> list:
     return list(map(operator.getitem, _repeat(items), indexes))
 
 
-def _plan(route: Route, slots: list[dict], owners: list[nn.Module]) -> Plan:
-    """The engine's Plan of ``route`` in the traced module: entry ``i`` takes leaf ``i``."""
+def _plan(route: Route, slots: list[dict], owners: list[nn.Module], attributes: bool) -> Plan:
+    """The engine's Plan of ``route`` in the traced module: entry ``i`` takes leaf ``i``;
+    ``attributes``: each entry with its owner's ``__dict__`` (else ``None``)."""
     plan = Plan()
     count = len(route.names)
-    attributes = list(map(getattr, _pick(owners, route.owner_of_entry), _repeat("__dict__")))
+    of_entries = _pick(owners, route.owner_of_entry)
+    plan.owners = of_entries
+    dicts = map(getattr, of_entries, _repeat("__dict__")) if attributes else _repeat(None)
     plan.entries = list(
         map(
             new_entry,
             _repeat(Entry),
-            zip(slots, route.names, range(count), attributes, _pick(_KINDS, route.buffers)),
+            zip(slots, route.names, range(count), dicts, _pick(_KINDS, route.buffers)),
         )
     )
     plan.given = count
