@@ -46,6 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--rounds", type=int, default=15, help="per_call: interleaved rounds")
     parser.add_argument("--plot", help="also draw steps and seconds against leaves (PNG path)")
+    parser.add_argument(
+        "--apart",
+        action="store_true",
+        help="first_call: each cell in a process of its own (no compile runs after another's)",
+    )
+    parser.add_argument("--cells", nargs="+", help=argparse.SUPPRESS)  # a child's: names
 
 
 def compiled_call(api: str, model: torch.nn.Module, **options: Any) -> Callable:
@@ -116,34 +122,57 @@ def first_call_s(fn: Callable, x: torch.Tensor, p: Any, backend: str) -> float:
     return h.first_call(call)[0]
 
 
+def _cells(args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    cells = [(MODEL, "model", "flat"), (PEER, "torch.func", "flat")]
+    for api in args.apis:
+        for container in args.containers:
+            cells.append((f"fcall.{api} ({container})", api, container))
+    if args.cells:
+        cells = [cell for cell in cells if cell[0] in args.cells]
+    return cells
+
+
+def _measured(leaves: int, cells: list[tuple[str, str, str]], backends: list[str]) -> dict:
+    model = h.Chain(leaves)
+    x = torch.randn(8, 4)
+    table: dict[str, dict[str, Any]] = {}
+    for name, api, container in cells:
+        p = params_of(model, container)
+        fn = h.fresh(compiled_call(api, model), f"{api}_{container}")
+        row: dict[str, Any] = {"steps": steps_of(fn, x, p)}
+        for backend in backends:
+            fn = h.fresh(compiled_call(api, model), f"{api}_{container}_{backend}")
+            row[f"{backend} s"] = first_call_s(fn, x, p, backend)
+        table[name] = row
+        print(f"  {leaves} leaves, {name}: {row}", flush=True)
+    return table
+
+
 def first_call(args: argparse.Namespace, record: h.Recorder) -> None:
     h.isolate_compiles()
     sizes = args.sizes or ([20] if args.quick else [200, 1000])
     for leaves in sizes:
-        model = h.Chain(leaves)
-        x = torch.randn(8, 4)
-        cells: list[tuple[str, str, str]] = [(MODEL, "model", "flat"), (PEER, "torch.func", "flat")]
-        for api in args.apis:
-            for container in args.containers:
-                cells.append((f"fcall.{api} ({container})", api, container))
-        table: dict[str, dict[str, Any]] = {}
-        for name, api, container in cells:
-            p = params_of(model, container)
-            fn = h.fresh(compiled_call(api, model), f"{api}_{container}")
-            row: dict[str, Any] = {"steps": steps_of(fn, x, p)}
-            for backend in args.backends:
-                fn = h.fresh(compiled_call(api, model), f"{api}_{container}_{backend}")
-                row[f"{backend} s"] = first_call_s(fn, x, p, backend)
-            table[name] = row
-            print(f"  {leaves} leaves, {name}: {row}", flush=True)
-        floor = table[MODEL]
-        for row in table.values():
-            row["steps x"] = row["steps"] / floor["steps"]
-            for backend in args.backends:
-                row[f"{backend} x"] = row[f"{backend} s"] / floor[f"{backend} s"]
+        title = f"first compile, {leaves} leaves"
+        if args.apart:  # each cell in a child process, one after the other
+            table = {}
+            for name, _, _ in _cells(args):
+                part = h.child(
+                    "first_compile",
+                    ["--sizes", str(leaves), "--backends", *args.backends, "--cells", name]
+                    + (["--quick"] if args.quick else []),
+                )
+                table.update(part[title])
+        else:
+            table = _measured(leaves, _cells(args), args.backends)
+        if MODEL in table:
+            floor = table[MODEL]
+            for row in table.values():
+                row["steps x"] = row["steps"] / floor["steps"]
+                for backend in args.backends:
+                    row[f"{backend} x"] = row[f"{backend} s"] / floor[f"{backend} s"]
         fields = ["steps", "steps x"] + [f"{b} {u}" for b in args.backends for u in ("s", "x")]
         h.print_rows(f"First compile, {leaves} leaves (x: / the no-swap model)", table, fields)
-        record.results[f"first compile, {leaves} leaves"] = table
+        record.results[title] = table
         record.save()
 
 
