@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="first_call: each cell in a process of its own (no compile runs after another's)",
     )
     parser.add_argument("--cells", nargs="+", help=argparse.SUPPRESS)  # a child's: names
+    parser.add_argument(  # a child's: the steps, or the first call's seconds, alone
+        "--only", choices=["steps", "seconds"], help=argparse.SUPPRESS
+    )
 
 
 def compiled_call(api: str, model: torch.nn.Module, **options: Any) -> Callable:
@@ -132,15 +135,17 @@ def _cells(args: argparse.Namespace) -> list[tuple[str, str, str]]:
     return cells
 
 
-def _measured(leaves: int, cells: list[tuple[str, str, str]], backends: list[str]) -> dict:
+def _measured(
+    leaves: int, cells: list[tuple[str, str, str]], backends: list[str], only: str | None
+) -> dict:
     model = h.Chain(leaves)
     x = torch.randn(8, 4)
     table: dict[str, dict[str, Any]] = {}
     for name, api, container in cells:
         p = params_of(model, container)
         fn = h.fresh(compiled_call(api, model), f"{api}_{container}")
-        row: dict[str, Any] = {"steps": steps_of(fn, x, p)}
-        for backend in backends:
+        row: dict[str, Any] = {} if only == "seconds" else {"steps": steps_of(fn, x, p)}
+        for backend in backends if only != "steps" else []:
             fn = h.fresh(compiled_call(api, model), f"{api}_{container}_{backend}")
             row[f"{backend} s"] = first_call_s(fn, x, p, backend)
         table[name] = row
@@ -153,18 +158,24 @@ def first_call(args: argparse.Namespace, record: h.Recorder) -> None:
     sizes = args.sizes or ([20] if args.quick else [200, 1000])
     for leaves in sizes:
         title = f"first compile, {leaves} leaves"
-        if args.apart:  # each cell in a child process, one after the other
+        if args.apart:  # each cell's steps, and each first call, in a fresh process
             table = {}
             for name, _, _ in _cells(args):
-                part = h.child(
-                    "first_compile",
-                    ["--sizes", str(leaves), "--backends", *args.backends, "--cells", name]
-                    + (["--quick"] if args.quick else []),
-                )
-                table.update(part[title])
+                row: dict[str, Any] = {}
+                for only, backends in [("steps", args.backends[:1])] + [
+                    ("seconds", [backend]) for backend in args.backends
+                ]:
+                    part = h.child(
+                        "first_compile",
+                        ["--sizes", str(leaves), "--backends", *backends, "--cells", name]
+                        + ["--only", only]
+                        + (["--quick"] if args.quick else []),
+                    )
+                    row.update(part[title][name])
+                table[name] = row
         else:
-            table = _measured(leaves, _cells(args), args.backends)
-        if MODEL in table:
+            table = _measured(leaves, _cells(args), args.backends, args.only)
+        if MODEL in table and not args.only:
             floor = table[MODEL]
             for row in table.values():
                 row["steps x"] = row["steps"] / floor["steps"]
@@ -172,6 +183,8 @@ def first_call(args: argparse.Namespace, record: h.Recorder) -> None:
                     row[f"{backend} x"] = row[f"{backend} s"] / floor[f"{backend} s"]
         fields = ["steps", "steps x"] + [f"{b} {u}" for b in args.backends for u in ("s", "x")]
         h.print_rows(f"First compile, {leaves} leaves (x: / the no-swap model)", table, fields)
+        if args.apart and not args.quick:
+            title = f"first compile apart, {leaves} leaves"  # each compile a first one
         record.results[title] = table
         record.save()
 
