@@ -257,11 +257,11 @@ def plot(results: dict[str, Any], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    tables = {
-        int(title.split(", ")[1].split()[0].replace(",", "")): table
-        for title, table in results.items()
-        if title.startswith("first compile")
-    }
+    tables: dict[int, dict[str, Any]] = {}
+    for title, table in results.items():  # a size's "apart" rows after, and over, the others
+        if title.startswith("first compile"):
+            size = int(title.split(", ")[1].split()[0].replace(",", ""))
+            tables.setdefault(size, {}).update(table)
     sizes = sorted(tables)
     fig, (steps_ax, seconds_ax) = plt.subplots(1, 2, figsize=(10, 4))
     for cell, label in PLOTTED.items():
