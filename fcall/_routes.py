@@ -244,7 +244,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         found.append((parent, name, found[parent][2] + 1))
     levels, order = _levels(found)
     position = {node: i for i, node in enumerate(order)}
-    owners = [_owner(root, found, node) for node in order]
+    owners = _owners_in_order(root, levels)
     owner_keys = tuple(tuple(owner._parameters) for owner in owners)
     buffer_owners: list[int] = []
     slots: list[int] = []
@@ -272,7 +272,8 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         group_names[group_slots.index(slot)].append(entry.name)
     # A dict that already ends with its names, in order, is left as it is (the trace checks
     # its keys, in order, against these: _traced.resolve)
-    keys_of = [*owner_keys, *(tuple(owners[i]._buffers) for i in buffer_owners)]
+    buffer_keys = tuple(tuple(owners[i]._buffers) for i in buffer_owners)
+    keys_of = [*owner_keys, *buffer_keys]
     moved = [
         (slot, names)
         for slot, names in zip(group_slots, group_names)
@@ -282,7 +283,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         owners=levels,
         owner_keys=owner_keys,
         buffer_owners=tuple(buffer_owners),
-        buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
+        buffer_keys=buffer_keys,
         slots=tuple(slots),
         names=tuple(entry.name for entry in plan.entries),
         buffers=tuple(entry.kind is SlotKind.BUFFER for entry in plan.entries),
@@ -296,20 +297,6 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         group_names=tuple(tuple(names) for _, names in moved),
         preserve=None,
     )
-
-
-def _owner(root: nn.Module, found: list[tuple[int, str, int]], node: int) -> nn.Module:
-    path = []
-    while node > 0:
-        parent, name, _ = found[node]
-        path.append(name)
-        node = parent
-    owner = root
-    for name in reversed(path):
-        child = owner._modules[name]
-        assert child is not None  # found through plan.chain
-        owner = child
-    return owner
 
 
 def _has_fsdp(root: nn.Module) -> bool:
@@ -334,7 +321,7 @@ def with_preserve(route: Route, module: nn.Module, facts: list[tuple[bool, bool]
     a Parameter, whether it requires grad) and the module's slots; ``None`` for a Parameter
     bound for a buffer slot (the generic path). Not batched: no Route is made under vmap."""
     root, _ = unwrap(module)
-    owners = [_owner_at(root, route.owners, i) for i in range(len(route.owner_keys))]
+    owners = _owners_in_order(root, route.owners)
     wrap, wrap_requires_grad, kept, kept_requires_grad, empty = [], [], [], [], []
     for index, ((is_parameter, requires_grad), buffer, owner, name) in enumerate(
         zip(facts, route.buffers, route.owner_of_entry, route.names)
@@ -368,11 +355,12 @@ def with_preserve(route: Route, module: nn.Module, facts: list[tuple[bool, bool]
     )
 
 
-def _owner_at(root: nn.Module, levels: Levels, index: int) -> nn.Module:
-    """Owner ``index`` of the trace's order (root first, level by level)."""
+def _owners_in_order(root: nn.Module, levels: Levels) -> list[nn.Module]:
+    """The owners below ``root`` that ``levels`` reach, in the trace's order (root first,
+    level by level), as ``_traced._descend`` reaches them in the trace."""
     level: list[Any] = [root]
     found: list[Any] = [root]
     for parents, names in zip(levels.parents, levels.names):
         level = [level[parent]._modules[name] for parent, name in zip(parents, names)]
         found.extend(level)
-    return found[index]
+    return found
