@@ -31,6 +31,7 @@ from torch._dynamo import symbolic_convert
 import fcall
 
 from . import _harness as h
+from . import matrix
 
 APIS = ("swap", "functional_call", "to_module")
 CONTAINERS = ("tensordict", "flat", "nested", "tensordictparams")
@@ -80,15 +81,19 @@ def compiled_call(api: str, model: torch.nn.Module, **options: Any) -> Callable:
     return with_swap
 
 
+# this suite's container names -> the matrix's (benchmarks/matrix.py builds them)
+_MATRIX_CONTAINERS = {
+    "tensordict": "TensorDict",
+    "flat": "flat dict",
+    "nested": "nested dict",
+    "tensordictparams": "TensorDictParams",
+}
+
+
 def params_of(model: torch.nn.Module, container: str) -> Any:
+    """The model's own values, detached copies of plain tensors, held by ``container``."""
     td = fcall.from_module(model).detach().clone()
-    if container == "tensordict":
-        return td
-    if container == "flat":
-        return h.flat(td)
-    if container == "nested":
-        return td.to_dict()
-    return fcall.TensorDictParams(td, no_convert=True)
+    return matrix.container(td, _MATRIX_CONTAINERS[container], "plain")
 
 
 _STEPS = collections.Counter()
