@@ -18,7 +18,7 @@ from torch import nn
 from torch._dynamo.exc import Unsupported
 
 import fcall
-from fcall import _plan_cache
+from fcall._core import plan_cache as _plan_cache
 from fcall.testing import check_swap_parity
 from tests.support import Counter, Net, Tied, assert_same_state, flat, state
 

@@ -19,7 +19,7 @@ from torch import nn
 from torch._dynamo.exc import Unsupported
 
 import fcall
-from fcall import _engine
+from fcall._core import engine as _engine
 from tests.support import assert_same_state, state
 from tests.test_inplace_and_state_dict import (
     SAVED_AND_MODIFIED,

@@ -9,15 +9,15 @@
 tensor([0.])
 """
 
-from ._api import swap as swap
-from ._api import to_module as to_module
-from ._checkpoint import CheckpointMismatch as CheckpointMismatch
-from ._checkpoint import from_checkpoint as from_checkpoint
 from ._errors import UnknownKey as UnknownKey
-from ._from_module import from_module as from_module
-from ._functional_call import functional_call as functional_call
-from ._params import TensorDictParams as TensorDictParams
-from ._route import behind_tensordict as behind_tensordict
+from ._fronts.api import swap as swap
+from ._fronts.api import to_module as to_module
+from ._fronts.behind_tensordict import behind_tensordict as behind_tensordict
+from ._fronts.checkpoint import CheckpointMismatch as CheckpointMismatch
+from ._fronts.checkpoint import from_checkpoint as from_checkpoint
+from ._fronts.from_module import from_module as from_module
+from ._fronts.functional_call import functional_call as functional_call
+from ._params.params import TensorDictParams as TensorDictParams
 
 __version__ = "0.1.0"
 

@@ -143,7 +143,7 @@ def test_missing_unexpected_and_shape_in_one_error(tmp_path):
     path = save(state, tmp_path / "ckpt")
     model = net()
     unchanged = snapshot(model)
-    with pytest.raises(fcall._checkpoint.CheckpointMismatch) as info:
+    with pytest.raises(fcall.CheckpointMismatch) as info:
         fcall.from_checkpoint(path, model)
     assert isinstance(info.value, KeyError) and isinstance(info.value, ValueError)
     assert str(info.value) == (

@@ -208,7 +208,7 @@ def test_is_a_tensordict_and_a_module():
 def test_doctest_example_against_fcall_export():
     import doctest
 
-    import fcall._params as mod
+    import fcall._params.params as mod
 
     failures, _ = doctest.testmod(mod, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert failures == 0

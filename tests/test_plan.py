@@ -10,8 +10,8 @@ from tensordict import TensorDict
 from torch import nn
 
 import fcall
-from fcall import _plan_cache
-from fcall._flatten import OldValues
+from fcall._core import plan_cache as _plan_cache
+from fcall._core.flatten import OldValues
 from tests.support import (
     flat,
 )

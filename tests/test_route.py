@@ -95,13 +95,13 @@ def test_a_module_imported_before_gets_fcalls_class_and_back():
 
 def test_to_module_runs_fcalls_and_restores_the_same_objects(monkeypatch):
     calls = []
-    real = fcall._route.to_module
+    real = fcall._fronts.behind_tensordict.to_module
 
     def spy(*args, **kwargs):
         calls.append(kwargs)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(fcall._route, "to_module", spy)
+    monkeypatch.setattr(fcall._fronts.behind_tensordict, "to_module", spy)
     net = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
     before = state(net)
     params = TensorDict.from_module(net).detach().clone().zero_()

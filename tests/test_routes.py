@@ -14,10 +14,11 @@ from tensordict import TensorDict
 from torch import nn
 
 import fcall
-from fcall import _flatten, _traced
-from fcall._build import build
-from fcall._plan import unwrap
-from fcall._routes import route_of_dict, route_of_tensordict, with_preserve
+from fcall._core import flatten as _flatten
+from fcall._core import traced as _traced
+from fcall._core.build import build
+from fcall._core.plan import unwrap
+from fcall._core.routes import route_of_dict, route_of_tensordict, with_preserve
 from tests.support import Net, Tied, flat
 
 

@@ -15,7 +15,7 @@ import textwrap
 import torch
 
 import fcall
-from fcall import _plan_cache
+from fcall._core import plan_cache as _plan_cache
 from tests.support import Sliced
 
 

@@ -61,7 +61,7 @@ TENSORDICT_PARAMS = """
 >>> try:
 ...     from fcall import TensorDictParams
 ... except ImportError:  # not exported yet
-...     from fcall._params import TensorDictParams
+...     from fcall._params.params import TensorDictParams
 >>> module = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 4))
 >>> params = fcall.from_module(module)
 >>> _ = params.lock_()

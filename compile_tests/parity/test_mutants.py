@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 import fcall
-from fcall import _flatten
+from fcall._core import flatten as _flatten
 
 from . import checks
 

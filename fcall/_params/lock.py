@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from tensordict.utils import _LOCK_ERROR
 
-from ._params_rules import lock_tree
+from .rules import lock_tree
 
 # To the type checker the mixin is a tensordict TensorDictParams (the class it is mixed into
 # derives from it); at runtime it derives from object.

@@ -37,11 +37,11 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from . import _errors
-from ._engine import INPLACE, Swap
-from ._kinds import Mode
-from ._plan import Plan, read_slots, unwrap
-from ._slot_values import tracks_gradients
+from .. import _errors
+from .engine import INPLACE, Swap
+from .plan import Plan, read_slots, unwrap
+from .slot_values import tracks_gradients
+from .types import Mode
 
 try:  # torch built without distributed support
     from torch.distributed.fsdp import FSDPModule

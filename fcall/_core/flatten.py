@@ -24,8 +24,8 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
-from . import _errors
-from ._compat import undone_on_error
+from .. import _errors
+from .._compat import undone_on_error
 
 Key = tuple[str, ...]
 Holder = tuple[Any, Any]  # (innermost container, key inside it)

@@ -17,10 +17,10 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from torch import nn
 
-from ._build import build
-from ._flatten import Key
-from ._kinds import SlotKind
-from ._plan import unwrap
+from .build import build
+from .flatten import Key
+from .plan import unwrap
+from .types import SlotKind
 
 
 class Levels(NamedTuple):
@@ -300,7 +300,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
 
 
 def _has_fsdp(root: nn.Module) -> bool:
-    from ._distributed import FSDPModule
+    from .distributed import FSDPModule
 
     return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
 

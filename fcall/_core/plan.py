@@ -26,9 +26,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._flatten import Key
-from ._kinds import Entry, SlotKind, new_entry
-from ._ties import TieWatch
+from .flatten import Key
+from .ties import TieWatch
+from .types import Entry, SlotKind, new_entry
 
 
 class Plan:

@@ -13,9 +13,9 @@ from typing import Any
 
 from torch import nn
 
-from ._build import build
-from ._flatten import Leaves
-from ._plan import Plan
+from .build import build
+from .flatten import Leaves
+from .plan import Plan
 
 _MAX_PLANS_PER_MODULE = 16
 # Per module, by id: its _Cached plans. Not a WeakKeyDictionary: its get() is Python code,

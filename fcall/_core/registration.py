@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks
 
-from ._plan import Plan, unwrap
+from .plan import Plan, unwrap
 
 
 def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: list[Any]) -> None:

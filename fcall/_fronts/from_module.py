@@ -7,8 +7,8 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictParams as TensorDictParamsBase
 from torch import nn
 
-from ._api import _check_module
-from ._params import TensorDictParams
+from .._params.params import TensorDictParams
+from .api import _check_module
 
 __all__ = ["from_module"]
 

@@ -20,7 +20,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
-from . import _flatten
+from .._core import flatten as _flatten
 
 __all__ = ["crosses_tensordict_module", "to_module"]
 

@@ -20,7 +20,7 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from ._plan import unwrap
+from .._core.plan import unwrap
 
 __all__ = ["CheckpointMismatch", "from_checkpoint"]
 

@@ -21,8 +21,8 @@ import torch
 from torch import nn
 from torch._dynamo.decorators import DynamoConfigPatchProxy
 
-from ._kinds import SlotKind
-from ._plan import Plan, attributes_of
+from .plan import Plan, attributes_of
+from .types import SlotKind
 
 _Tensor, _Parameter = torch.Tensor, nn.Parameter
 PARAMETER, BUFFER = SlotKind.PARAMETER, SlotKind.BUFFER

@@ -24,8 +24,8 @@ from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 from torch.nn.parameter import Buffer
 
-from ._compat import validate_value
-from ._params_rules import (
+from .._compat import validate_value
+from .rules import (
     convert_leaf,
     convert_tree,
     is_registered,
@@ -38,7 +38,7 @@ from ._params_rules import (
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictParams as _MixinBase
 
-    from ._params import TensorDictParams
+    from .params import TensorDictParams
 
     _Views = dict[tuple[str, ...], TensorDictParams]
 else:

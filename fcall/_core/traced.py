@@ -35,18 +35,18 @@ from typing import Any
 import torch
 from torch import nn
 
-from ._compat import (
+from .._compat import (
     comptime,
     dynamo_variable,
     has_pending_mutations,
     inside_higher_order_op,
     tensor_facts,
 )
-from ._flatten import Leaves, wrapped
-from ._kinds import Entry, SlotKind, new_entry
-from ._plan import Plan, unwrap
-from ._routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
-from ._slot_values import TRACEABLE_PARAMETER
+from .flatten import Leaves, wrapped
+from .plan import Plan, unwrap
+from .routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
+from .slot_values import TRACEABLE_PARAMETER
+from .types import Entry, SlotKind, new_entry
 
 _repeat = itertools.repeat
 

@@ -21,9 +21,9 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
-from ._api import to_module
-from ._from_module import from_module
-from ._params import TensorDictParams
+from .._params.params import TensorDictParams
+from .api import to_module
+from .from_module import from_module
 
 __all__ = ["behind_tensordict"]
 

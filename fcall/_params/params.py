@@ -26,11 +26,11 @@ from tensordict.utils import is_non_tensor
 from torch import nn
 from torch.compiler import is_dynamo_compiling
 
-from ._params_build import build_untraced
-from ._params_copies import Copies
-from ._params_lock import Locking
-from ._params_rules import SKIP, check_mode, convert_tree, lock_tree
-from ._params_tree import ParamsTree, module_init
+from .build import build_untraced
+from .copies import Copies
+from .lock import Locking
+from .rules import SKIP, check_mode, convert_tree, lock_tree
+from .tree import ParamsTree, module_init
 
 __all__ = ["TensorDictParams"]
 

@@ -13,9 +13,11 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from . import _errors, _extra_keys, _flatten
-from ._api import Params, _check_module, _swap_in
-from ._engine import Swap, restore
+from .. import _errors
+from .._core import flatten as _flatten
+from .._core.engine import Swap, restore
+from . import extra_keys as _extra_keys
+from .api import Params, _check_module, _swap_in
 
 __all__ = ["functional_call"]
 

@@ -16,8 +16,8 @@ from typing import Any, TypeGuard
 
 from tensordict import TensorDict, TensorDictBase
 
-from ._compat import register_exit_op
-from ._engine import PRESERVE, REPLACE, Swap, reapply, restore
+from .._compat import register_exit_op
+from .._core.engine import PRESERVE, REPLACE, Swap, reapply, restore
 
 OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
 REDO_OP_NAME = "_fcall_to_module_redo"  # the record of an exact undo: the swap back on exit

@@ -23,9 +23,10 @@ import torch
 from tensordict import TensorDictBase
 from torch import nn
 
-from . import _errors, _flatten
-from ._plan import owner_at, slot_of, strip, unwrap
-from ._ties import all_named_tensors, names_and_ties
+from .. import _errors
+from .._core import flatten as _flatten
+from .._core.plan import owner_at, slot_of, strip, unwrap
+from .._core.ties import all_named_tensors, names_and_ties
 
 _MISSING = object()
 

@@ -18,14 +18,14 @@ from tensordict import TensorDictBase
 from torch import nn
 from torch.nn.parameter import Buffer
 
-from ._params_rules import SKIP, convert_leaf
+from .rules import SKIP, convert_leaf
 
 # To the type checker the mixin is a tensordict TensorDictParams (the class it is mixed into
 # derives from it); at runtime it derives from object.
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictParams as _MixinBase
 
-    from ._params import TensorDictParams
+    from .params import TensorDictParams
 else:
     _MixinBase = object
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from . import _errors
-from ._plan import Plan, read_slots
+from .. import _errors
+from .plan import Plan, read_slots
 
 
 def check_inplace(plan: Plan, values: list, api: str) -> list:

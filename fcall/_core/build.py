@@ -15,11 +15,11 @@ import weakref
 import torch
 from torch import nn
 
-from . import _errors
-from ._flatten import Key
-from ._kinds import Entry, SlotKind, new_entry
-from ._plan import Plan, slot_of, strip, unwrap
-from ._ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
+from .. import _errors
+from .flatten import Key
+from .plan import Plan, slot_of, strip, unwrap
+from .ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
+from .types import Entry, SlotKind, new_entry
 
 PARAMETER = SlotKind.PARAMETER
 

@@ -10,15 +10,19 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
-from . import _distributed, _errors, _flatten, _peer_to_module, _traced
-from ._build import build
-from ._context import attach, attach_redo, undone_by
-from ._engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
-from ._kinds import Mode
-from ._plan import Plan, StalePlan
-from ._plan_cache import forget, plan_for
-from ._registration import reregister_as_given
-from ._tensordict_module import into_tensordict_module
+from .. import _errors
+from .._core import distributed as _distributed
+from .._core import flatten as _flatten
+from .._core import traced as _traced
+from .._core.build import build
+from .._core.engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
+from .._core.plan import Plan, StalePlan
+from .._core.plan_cache import forget, plan_for
+from .._core.registration import reregister_as_given
+from .._core.types import Mode
+from . import peer_to_module as _peer_to_module
+from .context import attach, attach_redo, undone_by
+from .tensordict_module import into_tensordict_module
 
 Params = TensorDictBase | Mapping[str, Any]
 

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from tensordict import TensorDictBase
 
-from . import _flatten
-from ._compat import register_exit_op
+from .._compat import register_exit_op
+from .._core import flatten as _flatten
 
 _TD_MODULE_OP = "_fcall_to_tensordict_module"  # the record of into_tensordict_module
 

@@ -21,13 +21,13 @@ from typing import Any, Protocol
 
 from torch import nn
 
-from . import _errors
-from ._flatten import Leaves
-from ._inplace import check_inplace, copy_inplace
-from ._kinds import Entry, Mode, SlotKind
-from ._plan import Plan, attributes_of, read_slots
-from ._registration import reregister, reregister_restored, run_hooks
-from ._slot_values import registered_values
+from .. import _errors
+from .flatten import Leaves
+from .inplace import check_inplace, copy_inplace
+from .plan import Plan, attributes_of, read_slots
+from .registration import reregister, reregister_restored, run_hooks
+from .slot_values import registered_values
+from .types import Entry, Mode, SlotKind
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
 

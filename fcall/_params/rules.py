@@ -29,7 +29,7 @@ from torch import nn
 from torch.compiler import is_dynamo_compiling
 from torch.nn.parameter import Buffer
 
-from ._compat import BufferLegacy
+from .._compat import BufferLegacy
 
 SKIP = "skip"
 _PARAM_DTYPES = (torch.float16, torch.float32, torch.float64)

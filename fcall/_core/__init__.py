@@ -1,0 +1,1 @@
+"""The swap's steps: flatten, plan, build, engine (fcall/README.md)."""

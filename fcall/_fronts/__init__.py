@@ -1,0 +1,1 @@
+"""One module per public name: each turns its API's arguments into a swap."""

@@ -1,0 +1,1 @@
+"""``TensorDictParams``: a TensorDict that is an ``nn.Module``, one closed subsystem."""
