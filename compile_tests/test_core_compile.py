@@ -18,7 +18,7 @@ from torch import nn
 from torch._dynamo.exc import Unsupported
 
 import fcall
-from fcall._core import plan_cache as _plan_cache
+from fcall._core import plan as _plan
 from fcall.testing import check_swap_parity
 from tests.support import Counter, Net, Tied, assert_same_state, flat, state
 
@@ -683,7 +683,7 @@ def test_eager_swaps_with_cached_plans_beside_compiled_code(counter):
             torch.testing.assert_close(model(x), reference(inner, p, x))
         torch.testing.assert_close(swap_and_call(inner, p, x), reference(inner, p, x))
         assert_same_state(inner, before)
-    assert _plan_cache._cached(model).plans and _plan_cache._cached(inner).plans
+    assert _plan.cached(model) and _plan.cached(inner)
     assert (cnt.frame_count, cnt_swap.frame_count) == (1, 1)
 
 

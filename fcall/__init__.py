@@ -10,13 +10,13 @@ tensor([0.])
 """
 
 from ._errors import UnknownKey as UnknownKey
-from ._fronts.api import swap as swap
-from ._fronts.api import to_module as to_module
 from ._fronts.behind_tensordict import behind_tensordict as behind_tensordict
 from ._fronts.checkpoint import CheckpointMismatch as CheckpointMismatch
 from ._fronts.checkpoint import from_checkpoint as from_checkpoint
 from ._fronts.from_module import from_module as from_module
 from ._fronts.functional_call import functional_call as functional_call
+from ._fronts.swap import swap as swap
+from ._fronts.to_module import to_module as to_module
 from ._params.params import TensorDictParams as TensorDictParams
 
 __version__ = "0.1.0"

@@ -46,8 +46,8 @@ __all__ = [
     "has_pending_mutations",
     "inside_higher_order_op",
     "tensor_facts",
+    "FCALL_OPS",
     "register_exit_op",
-    "undone_on_error",
     "validate_value",
 ]
 
@@ -69,24 +69,16 @@ def validate_value(td: TensorDictBase, value: Any, key: str) -> Any:
 
 # tensordict >= 0.15: the ops that TensorDict.__exit__ undoes when the block raises.
 _TD_UNDOES_ON_ERROR = hasattr(_td_base, "_UNDO_ON_ERROR_OPS")
-_FCALL_OPS: set[str] = set()
+FCALL_OPS: set[str] = set()  # fcall's own, each undone on exit and on error
 
 
 def register_exit_op(name: str, inverse: Callable[[Any, tuple, dict, Any], Any]) -> None:
     """Make ``name`` a ``_last_op`` that a TensorDict's ``__exit__`` undoes with
     ``inverse``, when the block ends and when it raises, on every tensordict."""
     LAST_OP_MAPS[name] = inverse
-    _FCALL_OPS.add(name)
+    FCALL_OPS.add(name)
     if _TD_UNDOES_ON_ERROR:
         _td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {name})
-
-
-def undone_on_error(op_name: str) -> bool:
-    """Whether fcall's ``OldValues.__exit__`` undoes the op ``op_name`` when the block
-    raises (tensordict >= 0.15's ``TensorDict.__exit__`` does too)."""
-    if _TD_UNDOES_ON_ERROR:
-        return op_name in _td_base._UNDO_ON_ERROR_OPS
-    return op_name in _FCALL_OPS
 
 
 def dynamo_variable(ctx: Any, name: str) -> Any:

@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from torch import nn
 
 import fcall
-from fcall._core import plan_cache as _plan_cache
+from fcall._core import plan as _plan
 from fcall._core.flatten import OldValues
 from tests.support import (
     flat,
@@ -22,8 +22,7 @@ def _params(module: nn.Module, fill: float) -> TensorDict:
 
 
 def _cached_plans(module: nn.Module) -> dict:
-    found = _plan_cache._CACHE.get(id(module))
-    return found.plans if found is not None and found.module() is module else {}
+    return {i: c.plan for i, c in enumerate(_plan.cached(module))}
 
 
 def test_a_plan_is_cached_per_key_structure_and_reused():
@@ -134,7 +133,7 @@ def test_registered_parameter_is_seen_by_strict():
 
 
 def test_a_buffer_registered_beside_parameters_only_keeps_the_plan():
-    # is_current counts the buffers of the modules that own a buffer entry, and of every
+    # Staleness counts the buffers of the modules that own a buffer entry, and of every
     # module for strict=True (above); a new buffer beside given parameters changes no slot
     model = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
     params = _params(model, 1.0).exclude(("1", "num_batches_tracked"))
@@ -213,11 +212,11 @@ def test_a_cached_plan_does_not_keep_its_module_alive(make):
     with fcall.swap(_params(model, 1.0), model):
         pass
     fcall.to_module(fcall.to_module(_params(model, 2.0), model), model)
-    assert key in _plan_cache._CACHE
+    assert key in _plan._CACHE
     del model
     gc.collect()
     assert alive() is None
-    assert key not in _plan_cache._CACHE  # the cache entry went with its module
+    assert key not in _plan._CACHE  # the cache entry went with its module
 
 
 def test_key_structures_that_differ_only_in_nesting_get_their_own_plans():
@@ -253,19 +252,19 @@ def _registering_elsewhere() -> dict:
 
 @pytest.mark.parametrize("elsewhere", list(_registering_elsewhere()))
 def test_registrations_that_tie_nothing_keep_the_plans_current(elsewhere):
-    # Only a registration that may tie counts (fcall/_ties.py): the rest of the program
-    # building modules, or tensordict swapping another model, leaves this plan current.
+    # Only a registration that may tie counts (fcall/_core/plan.py, TieWatch): the rest of
+    # the program building modules, or tensordict swapping another model, leaves this plan current.
     model = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
     with fcall.swap(_params(model, 1.0), model):
         pass
-    (plan,) = _cached_plans(model).values()
+    (cached,) = _plan.cached(model)
     action = _registering_elsewhere()[elsewhere]
     for fill in (2.0, 3.0):
         action()
-        assert plan.is_current()
+        assert cached.staleness.holds()
         with fcall.swap(_params(model, fill), model):
             assert (model[1].weight == fill).all()
-    assert list(_cached_plans(model).values()) == [plan]
+    assert _plan.cached(model) == [cached]
 
 
 def test_a_tie_into_modules_built_before_import_fcall_is_seen_and_so_is_a_re_tie():

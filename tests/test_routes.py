@@ -17,8 +17,8 @@ import fcall
 from fcall._core import flatten as _flatten
 from fcall._core import traced as _traced
 from fcall._core.build import build
-from fcall._core.plan import unwrap
 from fcall._core.routes import route_of_dict, route_of_tensordict, with_preserve
+from fcall._core.tree import unwrap
 from tests.support import Net, Tied, flat
 
 

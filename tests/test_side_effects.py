@@ -15,7 +15,7 @@ import textwrap
 import torch
 
 import fcall
-from fcall._core import plan_cache as _plan_cache
+from fcall._core import plan as _plan
 from tests.support import Sliced
 
 
@@ -63,11 +63,11 @@ def test_a_layer_slicing_forward_keeps_the_cached_plan():
     x = torch.randn(2, 4)
     with fcall.swap(p, m):
         m(x)
-    (plan,) = _plan_cache._cached(m).plans.values()
+    (cached,) = _plan.cached(m)
     expected = torch.func.functional_call(m, dict(p.flatten_keys(".")), x)
     for _ in range(3):
         m(x)  # registers every layer into a new ModuleList
         with fcall.swap(p, m):
             torch.testing.assert_close(m(x), expected)
-        assert list(_plan_cache._cached(m).plans.values()) == [plan]
-        assert plan.is_current()
+        assert _plan.cached(m) == [cached]
+        assert cached.staleness.holds()

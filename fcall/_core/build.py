@@ -2,9 +2,9 @@
 
 ``build`` takes the key tuples of a flattened container and raises the errors: an
 unknown key, a key given twice, a scripted module, ``strict`` misses. One set of node
-functions (``_node``, ``_node_at``, ``_add_leaf``) finds a key's module and slot. It runs
-in eager: for the eager plan cache (``_plan_cache.py``), for the traced front at trace time
-(``_traced.py``, which turns the plan into a Route), and, traced, for whatever a Route does
+functions (``_Node``, ``_node_at``, ``_add_leaf``) finds a key's module and slot. It runs
+in eager: for the eager plan cache (``plan.py``), for the traced front at trace time
+(``traced.py``, which turns the plan into a Route), and, traced, for whatever a Route does
 not cover (the generic path). ``complete`` adds the tied aliases and checks ``strict``.
 """
 
@@ -16,29 +16,23 @@ import torch
 from torch import nn
 
 from .. import _errors
-from .flatten import Key
-from .plan import Plan, slot_of, strip, unwrap
-from .ties import TieWatch, all_named_tensors, has_shared_submodule, names_and_ties
-from .types import Entry, SlotKind, new_entry
+from .ties import all_named_tensors, has_shared_submodule, names_and_ties
+from .tree import slot_of, strip, unwrap_for_keys
+from .types import Entry, Key, Plan, SlotKind, new_entry
 
 PARAMETER = SlotKind.PARAMETER
 
 
 def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
     """The plan of ``keys`` (the key tuples of a flattened container) for ``module``."""
-    root, prefixes = unwrap(module)
+    root, prefixes = unwrap_for_keys(module)
     if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
         raise RuntimeError(_errors.scripted_module(api, root))
-    if "_orig_mod" not in prefixes:
-        # Dynamo traces a torch.compile-d module as its _orig_mod: the wrapper is
-        # not seen there, so its prefix is accepted on any module (eager and
-        # compiled alike) when the module has no submodule of that name.
-        prefixes.append("_orig_mod")
     plan = Plan()
     # Per dotted prefix, its node: each module on a key's path is found (and recorded in
     # plan.chain) once. Prefixes, not id()s: traced, id(module) guards on the module object,
     # and another instance of the same architecture would recompile.
-    nodes = {"": _node(root, plan)}
+    nodes = {"": _Node(root, plan)}
     for index in range(len(keys)):
         _add_key(plan, nodes, root, strip(root, keys[index], prefixes), index, api)
     plan.given = len(plan.entries)
@@ -46,14 +40,12 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
     complete(plan, root, api, tie_weights=tie_weights, strict=strict, nodes=nodes)
-    cached = not torch.compiler.is_compiling()
-    plan.finish(cached=cached, strict=strict)
-    if cached and (tie_weights or strict):
-        plan.watch = TieWatch(root, plan.pairs)
-    return plan
+    return plan.finish(cached=not torch.compiler.is_compiling())
 
 
-def _add_key(plan: Plan, nodes: dict, root: nn.Module, key: Key, leaf: int, api: str) -> None:
+def _add_key(
+    plan: Plan, nodes: dict[str, _Node], root: nn.Module, key: Key, leaf: int, api: str
+) -> None:
     """The entry of ``key`` (its value is leaf ``leaf``), or ``UnknownKey``."""
     prefix, name = ".".join(key[:-1]), key[-1]
     node = nodes.get(prefix)
@@ -64,7 +56,7 @@ def _add_key(plan: Plan, nodes: dict, root: nn.Module, key: Key, leaf: int, api:
         raise _errors.UnknownKey(_errors.unknown_key(api, key, type(root).__name__, names))
     plan.names.append(prefix + "." + name if prefix else name)
     if not prefix:
-        plan.root_dicts = (node[2], node[3])
+        plan.root_dicts = (node.parameters, node.buffers)
 
 
 def complete(
@@ -86,7 +78,7 @@ def complete(
     if tied:  # traced, finish() must still find a slot that two entries name
         plan.may_repeat_slots = True
     if tie_weights and tied:
-        _add_tied_aliases(plan, root, tied, api, nodes or {"": _node(root, plan)})
+        _add_tied_aliases(plan, root, tied, api, nodes or {"": _Node(root, plan)})
     if strict:
         missing = sorted(set(names) - set(plan.names))
         if missing:
@@ -112,7 +104,7 @@ def _add_tied_aliases(
         plan.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])
 
 
-def _node_at(prefix: str, nodes: dict, plan: Plan) -> list | None:
+def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan) -> _Node | None:
     """The node of the submodule at dotted ``prefix``, recording each module on its path once."""
     parent_prefix, _, name = prefix.rpartition(".")
     parent = nodes.get(parent_prefix)
@@ -120,46 +112,54 @@ def _node_at(prefix: str, nodes: dict, plan: Plan) -> list | None:
         parent = _node_at(parent_prefix, nodes, plan) if parent_prefix else None
         if parent is None:
             return None
-    child = parent[0]._modules.get(name)
+    child = parent.owner._modules.get(name)
     if child is None:
         return None
-    plan.chain.append((parent[0]._modules, name, child))
-    nodes[prefix] = node = _node(child, plan)
+    plan.chain.append((parent.owner._modules, name, child))
+    nodes[prefix] = node = _Node(child, plan)
     return node
 
 
-def _node(owner: nn.Module, plan: Plan) -> list:
+class _Node:
     """What the build reads of a module, once: its dicts and the names they hold.
     ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``).
-    The buffer names (last) are read when a name is not a parameter's: traced, each dict
-    read is two guards (its type and its keys) on every call, and most modules' keys are
-    all parameters."""
-    if isinstance(owner, nn.RNNBase):
-        plan.rnns.append(weakref.ref(owner))
-    parameters, buffers = owner._parameters, owner._buffers
-    return [owner, owner.__dict__, parameters, buffers, tuple(parameters), None]
+    The buffer names are read when a name is not a parameter's (``_add_other``): traced,
+    each dict read is two guards (its type and its keys) on every call, and most modules'
+    keys are all parameters."""
+
+    __slots__ = ("attributes", "buffer_names", "buffers", "owner", "parameter_names", "parameters")
+
+    def __init__(self, owner: nn.Module, plan: Plan) -> None:
+        if isinstance(owner, nn.RNNBase):
+            plan.rnns.append(weakref.ref(owner))
+        self.owner = owner
+        self.attributes = owner.__dict__
+        self.parameters = owner._parameters
+        self.buffers = owner._buffers
+        self.parameter_names = tuple(self.parameters)
+        self.buffer_names: tuple[str, ...] | None = None
 
 
-def _add_leaf(node: list, name: str, index: int, plan: Plan) -> bool:
+def _add_leaf(node: _Node, name: str, index: int, plan: Plan) -> bool:
     """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``."""
-    _, attributes, parameters, _, parameter_names, _ = node
-    if name in parameter_names:
-        plan.entries.append(new_entry(Entry, (parameters, name, index, attributes, PARAMETER)))
+    if name in node.parameter_names:
+        entry = (node.parameters, name, index, node.attributes, PARAMETER)
+        plan.entries.append(new_entry(Entry, entry))
         return True
     return _add_other(node, name, index, plan)
 
 
-def _add_other(node: list, name: str, index: int, plan: Plan) -> bool:
+def _add_other(node: _Node, name: str, index: int, plan: Plan) -> bool:
     """A name that is not one of the node's parameters (the rest of ``slot_of``, a call
     only for these): a buffer's entry, the module's buffer names read on first need, else
     a plain tensor attribute's, or ``False``."""
-    owner, attributes, _, buffers, _, buffer_names = node
-    if buffer_names is None:
-        node[5] = buffer_names = tuple(buffers)
-    if name in buffer_names:
-        plan.entries.append(new_entry(Entry, (buffers, name, index, attributes, SlotKind.BUFFER)))
+    if node.buffer_names is None:
+        node.buffer_names = tuple(node.buffers)
+    if name in node.buffer_names:
+        entry = (node.buffers, name, index, node.attributes, SlotKind.BUFFER)
+        plan.entries.append(new_entry(Entry, entry))
         return True
-    return _add_attribute(owner, name, index, plan)
+    return _add_attribute(node.owner, name, index, plan)
 
 
 def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:

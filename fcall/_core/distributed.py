@@ -38,10 +38,11 @@ import torch
 from torch import nn
 
 from .. import _errors
-from .engine import INPLACE, Swap
-from .plan import Plan, read_slots, unwrap
 from .slot_values import tracks_gradients
-from .types import Mode
+from .tree import unwrap
+from .types import Distributed, Mode, Plan, Sharded, Swap
+
+INPLACE = Mode.INPLACE
 
 try:  # torch built without distributed support
     from torch.distributed.fsdp import FSDPModule
@@ -51,39 +52,39 @@ except ImportError:  # pragma: no cover
 
 
 def prepare(
-    module: nn.Module, plan: Plan, leaves: Any, mode: Mode, api: str, non_blocking: bool
+    module: nn.Module,
+    plan: Plan,
+    leaves: Any,
+    mode: Mode,
+    api: str,
+    non_blocking: bool,
+    held: list[Any],
 ) -> Swap | None:
-    """A ``SHARDED`` swap for an FSDP2 tree, a check for DDP, else ``None`` (plain swap)."""
-    if FSDPModule is None:
-        return None
-    if plan.distributed is None:  # classified once per plan: the hot path pays one lookup
-        root, prefixes = unwrap(module)
-        fsdp = _is_fsdp(root, plan)
-        plan.distributed = "fsdp" if fsdp else "ddp" if "module" in prefixes else ""
-    kind = plan.distributed
-    if kind == "fsdp":
-        return _prepare_sharded(unwrap(module)[0], plan, leaves, mode, api, non_blocking)
-    if kind == "ddp" and mode is not INPLACE:
+    """A ``SHARDED`` swap for an FSDP2 tree (``held``: what its slots hold), a check for
+    DDP, else ``None`` (a plain swap)."""
+    if plan.distributed is Distributed.FSDP:
+        return _prepare_sharded(unwrap(module)[0], plan, leaves, mode, api, non_blocking, held)
+    if plan.distributed is Distributed.DDP and mode is not INPLACE:
         _refuse_grad_through_ddp(plan, leaves, api)
     return None
 
 
-class _Sharded:
-    """The ``Strategy`` of a swap into an FSDP2 tree: values are copied into the module's
-    own sharded parameters, and the copies of the old ones back."""
-
-    @staticmethod
-    def commit(swap: Swap) -> None:
-        _reshard(swap.orders)
-        _copy(cast("list[Any]", swap.targets), swap.new, swap.non_blocking)  # set by prepare
-
-    @staticmethod
-    def restore(swap: Swap) -> None:
-        _reshard(swap.orders)
-        _copy(cast("list[Any]", swap.targets), swap.old, swap.non_blocking)  # set by prepare
+def classified(module: nn.Module, plan: Plan) -> Distributed:
+    """What ``plan``'s tree is (``plan.distributed``, set on the plan's first use)."""
+    if FSDPModule is None:  # torch built without distributed support
+        return Distributed.NONE
+    root, prefixes = unwrap(module)
+    if _is_fsdp(root, plan):
+        return Distributed.FSDP
+    return Distributed.DDP if "module" in prefixes else Distributed.NONE
 
 
-SHARDED_STRATEGY = _Sharded()
+def copy_in(swap: Swap, values: list[Any]) -> None:
+    """An FSDP2 swap's commit (``values``: the new ones) and restore (the saved shards):
+    every FSDP module resharded, then the values copied into the module's own shards."""
+    sharded = cast("Sharded", swap.sharded)  # a SHARDED swap's
+    reshard(sharded.fsdp_modules)
+    copy_into(sharded.shards, values, swap.non_blocking)
 
 
 def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
@@ -95,29 +96,44 @@ def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
     return False
 
 
-def _reshard(fsdp_modules: list) -> None:
-    for fsdp_module in fsdp_modules:
-        fsdp_module.reshard()
+def fsdp_modules(root: nn.Module) -> list[nn.Module]:
+    """Every FSDP2 module of the tree (none on a torch built without distributed support)."""
+    if FSDPModule is None:
+        return []
+    return [m for m in root.modules() if isinstance(m, FSDPModule)]
 
 
-def _copy(targets: list, values: list, non_blocking: bool) -> None:
+def reshard(modules: list[nn.Module]) -> None:
+    """FSDP2 registers full (unsharded) parameters between forward and reshard: put the
+    sharded ones back in each of ``modules`` (``fsdp_modules``), so they are the ones read
+    and written."""
+    for fsdp_module in modules:
+        fsdp_module.reshard()  # type: ignore[operator]
+
+
+def copy_into(targets: list, values: list, non_blocking: bool) -> None:
+    """The one copy loop: each value into its target tensor, under ``no_grad``."""
     with torch.no_grad():
         for target, value in zip(targets, values):
             target.copy_(value, non_blocking=non_blocking)
 
 
 def _prepare_sharded(
-    root: nn.Module, plan: Plan, leaves: Any, mode: Mode, api: str, non_blocking: bool
+    root: nn.Module,
+    plan: Plan,
+    leaves: Any,
+    mode: Mode,
+    api: str,
+    non_blocking: bool,
+    held: list[Any],
 ) -> Swap:
-    fsdp_modules = [m for m in root.modules() if isinstance(m, FSDPModule)]
-    _reshard(fsdp_modules)
+    modules = fsdp_modules(root)
+    reshard(modules)
     swap = Swap(plan, Mode.SHARDED, leaves, non_blocking)
-    swap.strategy = SHARDED_STRATEGY
-    swap.orders = fsdp_modules
-    swap.targets = []
+    swap.sharded = Sharded(modules, [])
     root_name = type(root).__name__
     with torch.no_grad():
-        for entry, key, target in zip(plan.entries, plan.names, read_slots(plan)):
+        for entry, key, target in zip(plan.entries, plan.names, held):
             value = leaves.values[entry.leaf]
             if not isinstance(value, torch.Tensor):
                 raise TypeError(_errors.not_a_tensor(api, key, value))
@@ -125,7 +141,7 @@ def _prepare_sharded(
                 raise ValueError(_errors.inplace_none_target(api, key))
             if mode is not INPLACE and tracks_gradients(value):
                 raise RuntimeError(_requires_grad_on_fsdp(api, key, root_name))
-            swap.targets.append(target)
+            swap.sharded.shards.append(target)
             swap.new.append(_laid_out_like(value, target, api, key))
             swap.old.append(target.detach().clone())
     return swap

@@ -1,98 +1,82 @@
 """Apply a plan: write the new values into the module's slots, and undo it exactly.
 
-A swap runs in two steps so that the module is never left half-swapped:
-``prepare`` reads the old values, decides what each slot receives (and checks
-in-place copies): anything that can fail fails there. ``commit`` writes, in one loop
-(``_write``). ``restore`` puts back the very objects that were there, in their slots and
-in their order, in one loop, and writes a buffer that ``forward`` reassigned back into
-the params container. For ``to_module``,
-commit and restore then give the dicts tensordict's order (``fcall/_registration.py``).
+A swap runs in two steps so that the module is never left half-swapped: ``prepare`` reads
+the old values, decides what each slot receives (and checks in-place copies): anything that
+can fail fails there. ``commit`` writes, in one loop (``_write``). ``restore`` puts back the
+very objects that were there, in their slots and in their order, in one loop, and writes a
+buffer that ``forward`` reassigned back into the params container. For ``to_module``, commit
+and restore then give the dicts tensordict's order (``registration.py``). ``swap_in`` is the
+pipeline ``swap`` and ``functional_call`` share: resolve, prepare, commit.
 
-The modes (``Mode`` in ``fcall/_kinds.py``): ``AS_IS`` for ``swap`` /
-``functional_call``; ``PRESERVE``, ``REPLACE`` and ``INPLACE`` for ``to_module``;
-``SHARDED`` for FSDP2 trees, whose writes a ``Strategy`` makes.
+The modes (``types.Mode``): ``AS_IS`` for ``swap`` / ``functional_call``; ``PRESERVE``,
+``REPLACE`` and ``INPLACE`` (copies into the module's own tensors, which keep their identity;
+the restore copies the saved old values back) for ``to_module``; ``SHARDED`` for FSDP2 trees,
+whose copies ``distributed.py`` makes.
 """
 
 from __future__ import annotations
 
 from itertools import repeat
 from operator import is_
-from typing import Any, Protocol
+from typing import Any
 
+import torch
 from torch import nn
+from torch.nn.modules.module import _global_parameter_registration_hooks as _hooks
 
 from .. import _errors
+from . import distributed
 from .flatten import Leaves
-from .inplace import check_inplace, copy_inplace
-from .plan import Plan, attributes_of, read_slots
+from .plan import forget, read_slots, resolve
 from .registration import reregister, reregister_restored, run_hooks
 from .slot_values import registered_values
-from .types import Entry, Mode, SlotKind
+from .types import GONE, Distributed, Entry, Mode, Plan, SlotKind, StalePlan, Swap, attributes_of
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
+NONE = Distributed.NONE
 
 
-class _Gone:
-    """What restore reports for a slot that the block deleted (``del m.weight``)."""
-
-    def __repr__(self) -> str:
-        return "<deleted in the block>"
-
-
-GONE = _Gone()
-
-
-class Strategy(Protocol):
-    """How a swap that is not a loop of slot writes is made and undone (FSDP2's sharded
-    parameters, ``fcall/_distributed.py``): ``commit`` and ``restore`` hand it the swap."""
-
-    def commit(self, swap: Swap) -> None: ...
-
-    def restore(self, swap: Swap) -> None: ...
+def swap_in(
+    params: Any, module: nn.Module, api: str, strict: bool, tie_weights: bool
+) -> tuple[Swap, Leaves]:
+    """``swap`` and ``functional_call``: ``params`` written into ``module`` as they are.
+    Made again with a new plan if a cached plan of ``module`` named a slot that is gone
+    (``StalePlan``: nothing was written)."""
+    if not isinstance(module, nn.Module):
+        raise TypeError(_errors.not_a_module(api, module))
+    try:
+        return _swap_in_once(params, module, api, strict, tie_weights)
+    except StalePlan:
+        forget(module)
+        return _swap_in_once(params, module, api, strict, tie_weights)
 
 
-class Swap:
-    """One applied swap, with what it takes to undo it."""
-
-    __slots__ = (
-        "done",
-        "leaves",
-        "mode",
-        "new",
-        "non_blocking",
-        "old",
-        "orders",
-        "plan",
-        "reorder_in",
-        "strategy",
-        "targets",
-    )
-
-    def __init__(self, plan: Plan, mode: Mode, leaves: Leaves, non_blocking: bool) -> None:
-        self.plan = plan
-        self.mode = mode
-        self.leaves = leaves
-        self.non_blocking = non_blocking
-        self.old: list[Any] = []
-        self.new: list[Any] = []
-        # per entry, only when a value changes dict (sharded, fcall/_distributed.py: the
-        # tensor each value is copied into)
-        self.targets: list[Any] | None = None
-        # (dict, its key order) of each dict a value left (sharded: the FSDP modules)
-        self.orders: list[Any] = []
-        self.done = False  # restored already: a second restore must not undo later swaps
-        self.strategy: Strategy | None = None  # set by _distributed for FSDP2 trees
-        # to_module's swaps: the module whose dicts get tensordict's registration order,
-        # on commit and on restore (fcall/_registration.py); None: the order is kept
-        self.reorder_in: nn.Module | None = None
-
-    def old_given(self) -> list[Any]:
-        return self.old[: self.plan.given]
+def _swap_in_once(
+    params: Any, module: nn.Module, api: str, strict: bool, tie_weights: bool
+) -> tuple[Swap, Leaves]:
+    plan, leaves = resolve(params, module, api, tie_weights=tie_weights, strict=strict)
+    for indexes in plan.tie_sources:  # tied names given: one value for all of them
+        first = leaves.values[indexes[0]]
+        if any(leaves.values[i] is not first for i in indexes[1:]):
+            names = [".".join(leaves.keys[i]) for i in indexes]
+            raise ValueError(_errors.tied_conflict(api, names))
+    swapped = prepare(module, plan, leaves, AS_IS, api, False)
+    commit(swapped)
+    return swapped, leaves
 
 
-def prepare(plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool) -> Swap:
+def prepare(
+    module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool
+) -> Swap:
     """Read the old values and decide what each slot receives; nothing is written.
     ``StalePlan`` if a cached plan names a slot that is gone."""
+    if plan.distributed is None:  # FSDP2, DDP or neither: decided on the plan's first use
+        plan.distributed = distributed.classified(module, plan)
+    if plan.distributed is not NONE:
+        held = read_slots(plan)
+        sharded = distributed.prepare(module, plan, leaves, mode, api, non_blocking, held)
+        if sharded is not None:
+            return sharded
     swap = Swap(plan, mode, leaves, non_blocking)
     values = leaves.values
     if mode is INPLACE:
@@ -116,16 +100,17 @@ def prepare(plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool
 
 
 def commit(swap: Swap) -> None:
-    if swap.strategy is not None:  # FSDP2 modules, see fcall/_distributed.py
-        return swap.strategy.commit(swap)
+    if swap.sharded is not None:  # an FSDP2 tree: copies into its shards
+        return distributed.copy_in(swap, swap.new)
+    to_end = _to_end(swap)
     if swap.mode is INPLACE:
         copy_inplace(swap.plan, swap.new, swap.non_blocking)
     else:
         if swap.targets is not None:
             swap.orders = [(slot, list(slot)) for slot in _dicts_left(swap.plan, swap.targets)]
-        _write(swap.plan, swap.new, swap.targets, _to_end(swap))
+        _write(swap.plan, swap.new, swap.targets, to_end)
     if swap.reorder_in is not None:
-        _reregister(swap, swap.reorder_in, swap.new)
+        _reregister(swap, swap.reorder_in, swap.new, to_end)
 
 
 def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
@@ -145,7 +130,7 @@ def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
 def _to_end(swap: Swap) -> bool:
     """Whether the writes give tensordict's registration order themselves: an eager
     ``to_module`` that is no in-place copy, whose slots are each named once
-    (fcall/_registration.py)."""
+    (registration.py)."""
     plan = swap.plan
     return (
         swap.reorder_in is not None
@@ -155,10 +140,11 @@ def _to_end(swap: Swap) -> bool:
     )
 
 
-def _reregister(swap: Swap, module: nn.Module, new: list[Any]) -> None:
+def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> None:
     """tensordict's registration order and hooks after ``swap``'s writes of ``new``."""
-    if _to_end(swap):  # the writes gave the order
-        run_hooks(swap.plan, module, swap.targets, range(len(swap.plan.entries)), new)
+    if to_end:  # the writes gave the order: only the hooks, if any
+        if _hooks:
+            run_hooks(swap.plan, module, swap.targets, range(len(swap.plan.entries)), new)
     else:
         reregister(swap.plan, module, swap.targets, new)
 
@@ -184,8 +170,8 @@ def restore(swap: Swap) -> list[Any]:
     if swap.done:
         return []
     swap.done = True
-    if swap.strategy is not None:  # FSDP2 modules, see fcall/_distributed.py
-        swap.strategy.restore(swap)
+    if swap.sharded is not None:  # an FSDP2 tree: the saved shards copied back
+        distributed.copy_in(swap, swap.old)
         return []
     plan = swap.plan
     if swap.mode is INPLACE:
@@ -210,12 +196,12 @@ def restore(swap: Swap) -> list[Any]:
         # arg-type: a dead reference (the RNN dropped during the swap) fails here, as always.
         # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.
         _reset_rnn_flat_weights(rnn())  # type: ignore[arg-type]
-    if swap.reorder_in is not None:
+    if swap.reorder_in is not None and (changed or _hooks):
         reregister_restored(plan, swap.reorder_in, changed)
     if changed:
         _write_back(swap, current)
-        for now in current:  # `is`, not `GONE in current`: traced on torch 2.12, that
-            if now is GONE:  # compares GONE with tensors, which Dynamo cannot
+        for now in current:  # `is`, not `GONE in current`: traced, `in` would compare
+            if now is GONE:  # GONE with tensors
                 _check_deleted_slots(plan, current)
                 break
     return current
@@ -272,10 +258,11 @@ def _taken_elsewhere(attributes: dict, slot: dict, name: str) -> bool:
 def reapply(swap: Swap, current: list[Any]) -> None:
     """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
     and the swap can be restored again."""
-    _write(swap.plan, current, swap.targets, _to_end(swap))
+    to_end = _to_end(swap)
+    _write(swap.plan, current, swap.targets, to_end)
     swap.new = current
     if swap.reorder_in is not None:
-        _reregister(swap, swap.reorder_in, current)
+        _reregister(swap, swap.reorder_in, current, to_end)
     swap.done = False
 
 
@@ -317,3 +304,66 @@ def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict
     if entry.kind is SlotKind.ATTRIBUTE and is_parameter:
         return attributes["_parameters"]
     return entry.slot
+
+
+# to_module(inplace=True): copies into the module's own tensors
+
+
+def check_inplace(plan: Plan, values: list, api: str) -> list:
+    saved: list[torch.Tensor] = []
+    with torch.no_grad():
+        for entry, key, target in zip(plan.entries, plan.names, read_slots(plan)):
+            value = values[entry.leaf]
+            if value is None:
+                raise TypeError(_errors.not_a_tensor(api, key, value))
+            if target is None:
+                raise ValueError(_errors.inplace_none_target(api, key))
+            if not _fits(value.shape, target.shape):
+                raise RuntimeError(
+                    _errors.inplace_shape(api, key, tuple(value.shape), tuple(target.shape))
+                )
+            if len(saved) < plan.given:
+                saved.append(target.detach().clone())
+    return saved
+
+
+def _fits(shape: torch.Size, target: torch.Size) -> bool:
+    """Whether ``target.copy_(value)`` accepts a value of ``shape`` (it broadcasts)."""
+    if len(shape) > len(target):
+        return False
+    return all(size in (1, want) for size, want in zip(reversed(shape), reversed(target)))
+
+
+def copy_inplace(plan: Plan, values: list, non_blocking: bool) -> None:
+    """``inplace=True``: copy ``values`` into the module's own tensors; while Dynamo traces,
+    outside the graph where autograd may have saved those tensors (see ``_copy_eagerly``)."""
+    if plan.traced and torch.is_grad_enabled():
+        for slot, name in plan.pairs:
+            target = slot[name]
+            if target is not None and target.requires_grad:
+                return _copy_eagerly(plan, values, non_blocking)
+    return _copy_into(plan, values, non_blocking)
+
+
+def _copy_into(plan: Plan, values: list, non_blocking: bool) -> None:
+    distributed.copy_into(read_slots(plan), values, non_blocking)
+
+
+# A copy into tensors that require grad, with grad mode on, may overwrite tensors that
+# autograd saved for backward (the restore of `with to_module(p, m, inplace=True): y =
+# m(x)` does: backward needs the values the block used). Eager raises in backward ("one
+# of the variables needed for gradient computation has been modified by an inplace
+# operation"). In one graph AOTAutograd raises that while compiling, and hiding the
+# copy from autograd (torch.autograd._unsafe_preserve_version_counter) gives wrong
+# gradients. Outside the graph, compiled matches eager: same outputs, same gradients
+# where eager has them, the same error in backward where eager raises.
+_copy_eagerly = torch.compiler.disable(
+    _copy_into,
+    reason=(
+        "fcall.to_module(inplace=True) with grad mode on copies into parameters that "
+        "require grad, which autograd may have saved for backward: the copies run outside "
+        "the graph, as in eager (a graph break each; fullgraph=True refuses them). For a "
+        "forward without gradients run the block under torch.no_grad(); for gradients "
+        "swap without inplace=True"
+    ),
+)

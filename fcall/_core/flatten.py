@@ -17,7 +17,7 @@ Dynamo, installs guards on every TensorDict attribute it touches.
 from __future__ import annotations
 
 import collections
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -25,9 +25,12 @@ from tensordict._contextlib import LAST_OP_MAPS
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from .. import _errors
-from .._compat import undone_on_error
+from .._compat import FCALL_OPS
+from .types import Key
 
-Key = tuple[str, ...]
+if TYPE_CHECKING:
+    from .types import Plan
+
 Holder = tuple[Any, Any]  # (innermost container, key inside it)
 
 
@@ -80,15 +83,15 @@ def flatten_eager(params: Any, api: str) -> Leaves:
     (nested or not) whose root names are strings without a dot take a fast walk
     (``_walk_exact``)."""
     if type(params) in _EXACT:
-        leaves = Leaves(params, api)
-        pending = params.__dict__.get("_layout_and_values")
-        if pending is not None and pending[3] is not None:
+        unbuilt = params.__dict__.get("_layout_and_values")
+        if unbuilt is not None and unbuilt.signature is not None:
             # Old values nobody has read yet (`old = to_module(p, m); ...;
             # to_module(old, m)`): their values and key structure are those of the
             # swap that returned them; building their nodes to walk them would
             # cost more than the swap.
-            leaves.values = list(pending[2])
-            leaves.signature = pending[3]
+            leaves = Leaves(params, api)
+            leaves.values = list(unbuilt.values)
+            leaves.signature = unbuilt.signature
             return leaves
         entries = params._tensordict
     elif type(params) is dict and not _dotted_or_not_str(params):
@@ -256,30 +259,6 @@ def _payload(value: Any) -> Any:
     return value.data if getattr(value, "_is_non_tensor", False) else value
 
 
-def to_tensordict(keys: list[Key], values: list[Any]) -> TensorDict:
-    """``[("a", "w")], [t]`` -> ``TensorDict(a=TensorDict(w=t))``, without checks.
-
-    The leaves are known tensors of the module, so the TensorDict's own
-    validation is skipped: it costs more than the swap in eager, and under
-    Dynamo its type checks on a Parameter created in the graph crash the guard
-    builder (``NameError: SYNTHETIC_LOCAL``).
-    """
-    root = _empty()
-    for key, value in zip(keys, values):
-        node = root
-        for name in key[:-1]:
-            child = node._tensordict.get(name)
-            if child is None:
-                child = node._tensordict[name] = _empty()
-            node = child
-        node._tensordict[key[-1]] = value
-    return root
-
-
-def _empty() -> TensorDict:
-    return TensorDict._new_unsafe(batch_size=torch.Size(()))
-
-
 # The nodes of a nested TensorDict in post-order (the root last); per node, its
 # entries as (name, is_leaf, index of the leaf value or of the child node).
 Layout = list[list[tuple[str, bool, int]]]
@@ -307,10 +286,18 @@ def layout_of(keys: list[Key]) -> Layout:
     return layout
 
 
+def to_tensordict(keys: list[Key], values: list[Any]) -> TensorDict:
+    """``[("a", "w")], [t]`` -> ``TensorDict(a=TensorDict(w=t))``, without checks."""
+    return _from_layout(layout_of(keys), values)
+
+
 def _from_layout(layout: Layout, values: list[Any]) -> TensorDict:
-    # What TensorDict._new_unsafe(source, batch_size=torch.Size(())) sets,
-    # without its per-entry loop. Spelled object.__new__(cls), never through an
-    # alias: torch 2.12's Dynamo traces only that spelling.
+    """The one TensorDict builder: the nodes of ``layout``, without the TensorDict's own
+    validation. The leaves are known tensors of the module: the checks cost more than the
+    swap in eager, and under Dynamo their type checks on a Parameter created in the graph
+    crash the guard builder (``NameError: SYNTHETIC_LOCAL``). What
+    ``TensorDict._new_unsafe(source, batch_size=torch.Size(()))`` sets, without its
+    per-entry loop; spelled ``object.__new__(cls)``, the spelling Dynamo traces."""
     nodes: list[TensorDict] = []
     for entries in layout:
         node = object.__new__(TensorDict)
@@ -323,6 +310,15 @@ def _from_layout(layout: Layout, values: list[Any]) -> TensorDict:
         }
         nodes.append(node)
     return nodes[-1]
+
+
+class _Unbuilt(NamedTuple):
+    """What an ``OldValues`` holds until its nodes are first read."""
+
+    layout: Layout | None  # None: laid out by the dotted ``names``
+    names: list[str] | None
+    values: list[Any]
+    signature: Any  # that of the params whose keys they have; None: not known
 
 
 class OldValues(TensorDict):
@@ -340,7 +336,7 @@ class OldValues(TensorDict):
         attributes = self.__dict__
         entries = attributes.get("_entries")
         if entries is None:
-            layout, names, values, _ = attributes.pop("_layout_and_values")
+            layout, names, values, _ = attributes.pop("_layout_and_values")  # an _Unbuilt
             if layout is None:
                 layout = layout_of([tuple(name.split(".")) for name in names])
             entries = attributes["_entries"] = _from_layout(layout, values)._tensordict
@@ -367,10 +363,10 @@ class OldValues(TensorDict):
     def __exit__(self, exc_type: Any, exc: Any, traceback: Any) -> Any:
         queue = self.__dict__.get("_last_op_queue")
         last_op = queue[-1] if queue else None
-        if last_op is None or not undone_on_error(last_op[0]) or torch.compiler.is_compiling():
+        if last_op is None or last_op[0] not in FCALL_OPS or torch.compiler.is_compiling():
             return super().__exit__(exc_type, exc, traceback)
-        # An op undone on exit whether or not the block raised (fcall's to_module):
-        # TensorDict.__exit__ calls its inverse in both cases too.
+        # fcall's ops are undone on exit whether or not the block raised, as
+        # TensorDict.__exit__ does for them (tensordict's own ops take its __exit__).
         cast("collections.deque[Any]", queue).pop()  # not None: last_op came from it
         name, (args, kwargs, previous) = last_op
         result = LAST_OP_MAPS[name](self, args, kwargs, previous())
@@ -380,17 +376,25 @@ class OldValues(TensorDict):
 _EXACT = (TensorDict, OldValues)
 
 
-def old_values(
-    layout: Layout | None, names: list[str] | None, values: list[Any], signature: Any = None
-) -> OldValues:
-    """Old ``values`` laid out by ``layout``, or, if it is ``None``, by the dotted ``names``
-    (which the first read splits: a plan built while tracing has no layout yet).
-    ``signature``: that of the params whose keys they have, so that swapping them
-    back in finds the cached plan without building the nodes (see ``flatten``)."""
+def old_tensordict(plan: Plan, leaves: Leaves, old: list[Any]) -> OldValues:
+    """The values ``old`` that the given entries of ``plan`` held, under the keys of
+    ``leaves``: a TensorDict whose nodes are built on first read (``OldValues``), in eager
+    and under Dynamo alike (tracing a TensorDict per submodule that nobody reads would cost
+    more compile time than the rest of the swap). Laid out by the plan's layout, made once
+    per key structure and cached with the plan; a plan built while tracing with no prefix
+    stripped (``names_are_keys``) has none: its dotted names are split on the first read.
+    ``leaves.signature`` comes along, so that swapping them back in finds the cached plan
+    without building the nodes (``flatten_eager``)."""
+    if plan.names_are_keys:
+        unbuilt = _Unbuilt(None, plan.names[: plan.given], old, None)
+    else:
+        if plan.layout is None:
+            plan.layout = layout_of(leaves.keys)
+        unbuilt = _Unbuilt(plan.layout, None, old, leaves.signature)
     root = object.__new__(OldValues)
     attributes = root.__dict__
     attributes["_device"] = None
     attributes["_batch_size"] = _SCALAR
     attributes["_td_dim_names"] = None
-    attributes["_layout_and_values"] = (layout, names, values, signature)
+    attributes["_layout_and_values"] = unbuilt
     return root

@@ -1,183 +1,183 @@
-"""Resolve params keys to module slots once, and reuse the result.
+"""Where a swap's plan comes from, and whether a cached one still holds.
 
-A *plan* maps every key of a params container to the dict that holds it in the
-module tree (``owner._parameters``, ``owner._buffers``, or ``owner.__dict__`` for
-a tensor that a ``preserve_module_state=False`` swap left as a plain attribute)
-and the name inside that dict. Swapping is then a loop of dict reads and writes.
+``resolve`` is the one place a swap asks whether Dynamo is tracing (``plan.traced`` tells
+the steps after it). In eager the plan comes from a cache, per module and per key structure
+(``plan_for``), checked before each reuse (``Staleness``) and rebuilt if the module changed.
+While tracing it is decided at trace time through a Route (``traced.py``), or built in the
+trace (the generic path: ``build``, whose errors are the eager ones). The plan itself (each
+key to its slot) is ``types.Plan``; ``build.py`` makes it.
 
-Plans are cached per module and per key structure in eager mode
-(``fcall/_plan_cache.py``). A cached plan is checked before each use
-(``Plan.is_current``): every submodule on a key's path is still the same object,
-every owner still has the same number of parameters (and of buffers, where the plan
-swaps one of them or ``strict=True`` asks for all), every name is still in its dict,
-and tied names still share one tensor. Any change (a submodule replaced, a parameter
-registered or deleted, a buffer turned into a parameter, weights untied) rebuilds the
-plan. Under Dynamo no cache is used: the plan is decided at trace time and handed to the
-trace as a Route (``fcall/_traced.py``), whose reads Dynamo guards; or, on the generic
-path, built in the traced code, where Dynamo guards the module structure it walks.
+The staleness check, one row per module on a key's path (``Row``): the submodule is still the
+same object, its ``_parameters`` (and, where the plan swaps a buffer of it or ``strict=True``
+asks for all, its ``_buffers``) still has the same size; tied names still share one tensor;
+and, for ``tie_weights`` / ``strict`` plans, ``TieWatch``: every parameter and submodule slot
+the swap does not write holds the same object, and no slot dict grew or shrank, so a tie made
+later (``m.head.weight = m.emb.weight``, ``m[1] = m[0]``) rebuilds the plan, which then sees
+it, with no hook anywhere. The slots the plan writes are left out: between nested swaps they
+hold another swap's values. Not seen in eager, then: a tie made later between two names that
+are *both* given, and a tie of two buffers (``docs/behaviour.md``). A name that left its dict
+while another took its place (the size unchanged) is not checked: reading it raises
+``KeyError`` in ``read_slots``, which raises ``StalePlan``, and the swap is made again with a
+new plan (``engine.swap_in``).
 """
 
 from __future__ import annotations
 
 import weakref
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable
+from operator import is_
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from .flatten import Key
-from .ties import TieWatch
-from .types import Entry, SlotKind, new_entry
+from . import traced
+from .build import build
+from .flatten import Leaves, flatten_eager, flatten_generic
+from .tree import unwrap
+from .types import Plan, SlotKind, StalePlan
+
+_MAX_PLANS_PER_MODULE = 16
 
 
-class Plan:
-    """Where each key of a params container lives in a module tree."""
+def resolve(
+    params: Any,
+    module: nn.Module,
+    api: str,
+    *,
+    tie_weights: bool,
+    strict: bool,
+    make_parameters: bool = False,
+    group_by_dict: bool = False,
+) -> tuple[Plan, Leaves]:
+    """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``.
+    ``make_parameters``, ``group_by_dict``: to_module's, see ``traced.resolve``."""
+    if torch.compiler.is_compiling():
+        routed = traced.resolve(
+            params, module, api, tie_weights, strict, make_parameters, group_by_dict
+        )
+        if routed is not None:
+            return routed
+        leaves = flatten_generic(params, api)
+        return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict), leaves
+    leaves = flatten_eager(params, api)
+    return plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict), leaves
 
-    __slots__ = (
-        "buffer_leaves",
-        "chain",
-        "checks",
-        "dict_groups",
-        "direct",
-        "distributed",
-        "entries",
-        "given",
-        "has_attributes",
-        "layout",
-        "may_repeat_slots",
-        "names",
-        "names_are_keys",
-        "owners",
-        "pairs",
-        "parameter_leaves",
-        "preserved",
-        "repeated",
-        "rnns",
-        "root_dicts",
-        "slot_names",
-        "slots",
-        "tie_groups",
-        "tie_sources",
-        "traced",
-        "watch",
-    )
 
-    def __init__(self) -> None:
-        self.entries: list[Entry] = []  # given keys first, then tied aliases
-        self.given = 0  # how many entries come from params keys
-        self.names: list[str] = []  # dotted module name of each entry
-        self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
-        self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
-        self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
-        self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
-        # Derived once by finish(), for the hot loops:
-        self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
-        self.slots: list[dict] = []  # the slot of each entry: where each value goes
-        self.slot_names: list[str] = []  # the name of each entry in its slot
-        # leaf indexes of the parameter entries; None: every entry is a parameter
-        self.parameter_leaves: list[int] | None = None
-        self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
-        # entry index -> the earlier entry that names its slot too (a submodule at two
-        # paths): it takes that one's value, and is never written back into params
-        self.repeated: dict[int, int] = {}
-        # eager, tie_weights or strict: the slots the swap does not write, checked by
-        # identity before each reuse (fcall/_ties.py): a tie made later rebuilds the plan
-        self.watch: TieWatch | None = None
-        # traced: the build found a tensor under two names, so finish() looks for
-        # a slot that two entries name (id(slot): a guard on the dict); eager: always
-        self.may_repeat_slots = False
-        self.direct = True  # entry i takes leaf i: no tied aliases
-        self.has_attributes = False  # some entry is a plain tensor attribute
-        # RNN owners, whose _flat_weights need a reset
-        self.rnns: list[weakref.ref[nn.RNNBase]] = []
-        self.layout: Any = None  # the old-values TensorDict layout, made on first use
-        # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
-        # parameter slot: its Parameter), made by the traced front (fcall/_traced.py)
-        # before the module's dicts are read
-        self.preserved: list[Any] | None = None
-        self.distributed: Any = None  # set by _distributed on first use
-        # traced to_module: the names written into each dict whose order they change
-        # (fcall/_registration.py; a Route's, or grouped on first use)
-        self.dict_groups: list[tuple[dict, list[str]]] | None = None
-        self.checks: list[tuple] = []  # what is_current compares, one row per module
-        self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped
-        # a Route's plan whose entries hold no owner __dict__: each entry's owner module
-        self.owners: list[nn.Module] | None = None
-        self.traced = False  # built while Dynamo traces (fcall/_traced.py, or build traced)
+class CachedPlan(NamedTuple):
+    """A plan in the cache, and how to tell it is stale."""
 
-    def finish(self, cached: bool = True, strict: bool = True) -> Plan:
-        """Derive what the hot loops read, and, if the plan is ``cached``, what
-        ``is_current`` compares (a plan built under Dynamo is never reused; ``strict``:
-        the plan was built for ``strict=True``, see ``_watched_buffers``)."""
-        self.pairs = [(entry.slot, entry.name) for entry in self.entries]
-        self.slots = [entry.slot for entry in self.entries]
-        self.slot_names = [entry.name for entry in self.entries]
-        self.direct = len(self.entries) == self.given
-        self.traced = not cached
-        if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
-            self._find_repeated()
-        if not cached:
-            return self
-        # eager only: _slot_values' bulk conversion
-        parameter_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.PARAMETER]
-        if len(parameter_leaves) != len(self.entries):
-            self.parameter_leaves = parameter_leaves
-        self.buffer_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.BUFFER]
-        # One row per module on a key's path, plus the root if it owns a key: one
-        # loop iteration per module, not one per dict and one per name.
-        watched = self._watched_buffers(strict)
-        for modules, name, child in self.chain:
-            buffers = watched(child._buffers)
-            self.checks.append((modules, name, child, *_sized(child._parameters, buffers)))
-        if self.root_dicts is not None:
-            parameters, buffers = self.root_dicts
-            self.checks.append((_NO_PARENT, "", None, *_sized(parameters, watched(buffers))))
-        return self
+    plan: Plan
+    staleness: Staleness
 
-    def _watched_buffers(self, strict: bool) -> Any:
-        """Which modules' buffer counts ``is_current`` compares: the owners of a buffer
-        entry, or all of them for ``strict`` (a buffer registered later is a missing key)
-        and plain-attribute plans. A buffer registered on a module whose entries are all
-        parameters changes no slot of the plan, and skipping its count spares a read of
-        one more dict per module on every eager swap (``UNWATCHED``: always empty)."""
-        if strict or self.has_attributes:
-            return lambda buffers: buffers
-        owners = {id(e.slot) for e in self.entries if e.kind is SlotKind.BUFFER}
-        return lambda buffers: buffers if id(buffers) in owners else UNWATCHED
 
-    def _find_repeated(self) -> None:
-        """A submodule registered at two paths gives two entries one slot: the first
-        path's value goes in, as tensordict's ``to_module`` visits a module once. The
-        later entries take the first one's leaf and are marked ``repeated``; they are
-        written and restored as plain entries, never written back into params."""
-        first: dict[tuple[int, str], int] = {}
-        repeated = {}
-        for index in range(len(self.entries)):
-            slot, name, _, attributes, kind = self.entries[index]
-            seen = first.setdefault((id(slot), name), index)
-            if seen != index:
-                leaf = self.entries[seen].leaf
-                self.entries[index] = new_entry(Entry, (slot, name, leaf, attributes, kind))
-                repeated[index] = seen
-        if repeated:
-            self.repeated = repeated
-            self.has_attributes = True
-            self.direct = False
+class _ModulePlans:
+    """The plans of one module: by key structure, and the last one used."""
 
-    def is_current(self) -> bool:
-        """Whether the module tree still has the structure the plan was built on.
+    __slots__ = ("last_plan", "last_signature", "module", "plans")
 
-        A name that left its dict while another name took its place (the dict's
-        size unchanged) is not checked here: reading it raises ``KeyError`` in the
-        swap, which then raises ``StalePlan`` and is retried with a new plan. Two
-        names that become tied later (``head.weight = emb.weight``) register a
-        parameter slot that the swap does not write (``watch``): any such change since
-        the build makes the plan stale.
-        """
-        if self.watch is not None and not self.watch.unchanged():
+    def __init__(self, module: weakref.ref) -> None:
+        self.module = module  # a weak reference: the cache must not keep the module alive
+        self.plans: dict[Any, CachedPlan] = {}
+        self.last_signature: Any = None
+        self.last_plan: CachedPlan | None = None
+
+
+# Per module, by id: its plans. Not a WeakKeyDictionary: its get() is Python code, about a
+# tenth of a small swap.
+_CACHE: dict[int, _ModulePlans] = {}
+
+
+def cached(module: nn.Module) -> list[CachedPlan]:
+    """The cached plans of ``module``, oldest first (for tests and debugging)."""
+    found = _CACHE.get(id(module))
+    return list(found.plans.values()) if found is not None and found.module() is module else []
+
+
+def forget(module: nn.Module) -> None:
+    """Drop the cached plans of ``module`` (one of them was stale)."""
+    _CACHE.pop(id(module), None)
+
+
+def plan_for(
+    module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
+) -> Plan:
+    """The cached plan of ``leaves`` in ``module``, rebuilt if stale (eager only)."""
+    signature = (leaves.signature, tie_weights, strict)
+    cached = _CACHE.get(id(module))
+    if cached is None or cached.module() is not module:
+        cached = _new_entry(module)
+    # The last swap's key first: equal tuples of the same names compare by identity,
+    # where hashing reads every name (a cache miss each, in a cold swap of a big tree).
+    if cached.last_signature == signature:
+        found = cached.last_plan
+    else:
+        found = cached.plans.get(signature)
+    if found is None or not found.staleness.holds():
+        plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+        staleness = Staleness(plan, unwrap(module)[0], watch=tie_weights or strict, strict=strict)
+        found = CachedPlan(plan, staleness)
+        if len(cached.plans) >= _MAX_PLANS_PER_MODULE:
+            cached.plans.pop(next(iter(cached.plans)))
+        cached.plans[signature] = found
+    cached.last_signature, cached.last_plan = signature, found
+    return found.plan
+
+
+def _new_entry(module: nn.Module) -> _ModulePlans:
+    key = id(module)
+
+    def drop(ref: weakref.ref) -> None:  # the module is gone: so are its plans
+        entry = _CACHE.get(key)
+        if entry is not None and entry.module is ref:
+            del _CACHE[key]
+
+    found = _CACHE[key] = _ModulePlans(weakref.ref(module, drop))
+    return found
+
+
+class Row(NamedTuple):
+    """What ``Staleness`` compares for one module on a key's path (the root: no parent)."""
+
+    parent: dict  # the parent's _modules (the root's row: an empty dict)
+    name: str  # the module's name there
+    child: nn.Module | None  # the module (the root's row: None, what .get("") finds)
+    parameters: dict  # its _parameters
+    n_parameters: int
+    buffers: dict  # its _buffers, or UNWATCHED (empty) where no buffer of it is swapped
+    n_buffers: int
+
+
+_NO_PARENT: dict = {}
+UNWATCHED: dict = {}  # the buffers of a module whose buffer count is not compared
+
+
+class Staleness:
+    """Whether a cached plan still fits its module tree (the module docstring)."""
+
+    __slots__ = ("rows", "tie_groups", "watch")
+
+    def __init__(self, plan: Plan, root: nn.Module, *, watch: bool, strict: bool) -> None:
+        watched = _watched_buffers(plan, strict)
+        self.rows = [
+            Row(parent, name, child, *_sized(child._parameters, watched(child._buffers)))
+            for parent, name, child in plan.chain
+        ]
+        if plan.root_dicts is not None:
+            parameters, buffers = plan.root_dicts
+            self.rows.append(Row(_NO_PARENT, "", None, *_sized(parameters, watched(buffers))))
+        self.tie_groups = plan.tie_groups
+        self.watch = TieWatch(root, plan.pairs) if watch else None
+
+    def holds(self) -> bool:
+        """Whether the module tree still has the structure the plan was built on."""
+        watch = self.watch
+        if watch is not None and not (  # TieWatch: in one C-level pass each
+            list(map(len, watch.sized)) == watch.sizes
+            and all(map(is_, map(dict.get, watch.dicts, watch.names), watch.values))
+        ):
             return False
-        for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.checks:
+        for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.rows:
             if (
                 parent.get(name) is not child  # a submodule on a key's path was replaced
                 or len(parameters) != n_parameters  # a parameter registered or deleted
@@ -186,31 +186,55 @@ class Plan:
                 return False
         for group in self.tie_groups:
             try:
-                if not still_tied(group):
+                if not _still_tied(group):
                     return False  # tied names were untied
             except KeyError:
                 return False
         return True
 
 
-def attributes_of(plan: Plan, index: int) -> dict[str, Any]:
-    """The ``__dict__`` of entry ``index``'s owner module."""
-    attributes = plan.entries[index].attributes
-    if attributes is None:  # a Route's plan (fcall/_traced.py): read on first need
-        assert plan.owners is not None
-        attributes = plan.owners[index].__dict__
-    return attributes
+class TieWatch:
+    """The parameter and submodule slots of a tree that a plan does not write, and the
+    sizes of every such dict (``Staleness.holds`` compares them)."""
+
+    __slots__ = ("dicts", "names", "sized", "sizes", "values")
+
+    def __init__(self, root: nn.Module, written: Iterable[tuple[dict, str]]) -> None:
+        skip = {(id(slot), name) for slot, name in written}
+        dicts: list[dict] = []
+        names: list[str] = []
+        sized: list[dict] = []
+        for module in root.modules():  # each module once: a tree with a cycle ends
+            for slots in (module._parameters, module._modules):
+                sized.append(slots)
+                for name in slots:
+                    if (id(slots), name) not in skip:
+                        dicts.append(slots)
+                        names.append(name)
+        self.dicts = dicts
+        self.names = names
+        self.values = list(map(dict.get, dicts, names))
+        self.sized = sized
+        self.sizes = list(map(len, sized))
 
 
-def read_slots(plan: Plan) -> list[Any]:
-    """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
-    try:
-        return list(map(dict.__getitem__, plan.slots, plan.slot_names))
-    except KeyError:
-        raise StalePlan from None
+def _watched_buffers(plan: Plan, strict: bool) -> Any:
+    """Which modules' buffer counts are compared: the owners of a buffer entry, or all of
+    them for ``strict`` (a buffer registered later is a missing key) and plain-attribute
+    plans. A buffer registered on a module whose entries are all parameters changes no slot
+    of the plan, and skipping its count spares a read of one more dict per module on every
+    eager swap (``UNWATCHED``: always empty)."""
+    if strict or plan.has_attributes:
+        return lambda buffers: buffers
+    owners = {id(e.slot) for e in plan.entries if e.kind is SlotKind.BUFFER}
+    return lambda buffers: buffers if id(buffers) in owners else UNWATCHED
 
 
-def still_tied(group: list[tuple[dict, str]]) -> bool:
+def _sized(parameters: dict, buffers: dict) -> tuple[dict, int, dict, int]:
+    return parameters, len(parameters), buffers, len(buffers)
+
+
+def _still_tied(group: list[tuple[dict, str]]) -> bool:
     """Whether the (slot, name) pairs of ``group`` still hold one tensor."""
     first = group[0][0][group[0][1]]
     for slot, name in group[1:]:
@@ -219,58 +243,9 @@ def still_tied(group: list[tuple[dict, str]]) -> bool:
     return True
 
 
-class StalePlan(Exception):
-    """A cached plan named a slot that is gone: the caller rebuilds and retries."""
-
-
-def _sized(parameters: dict, buffers: dict) -> tuple[dict, int, dict, int]:
-    return parameters, len(parameters), buffers, len(buffers)
-
-
-_NO_PARENT: dict = {}  # the root's row in Plan.checks: .get("") is None, its "child"
-UNWATCHED: dict = {}  # in a row of Plan.checks, the buffers of a module not watched
-
-
-def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
-    """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
-    prefixes = []
-    while True:
-        if isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
-            prefixes.append("_orig_mod")
-            module = module._orig_mod
-        elif isinstance(module, nn.parallel.DistributedDataParallel):
-            prefixes.append("module")
-            module = module.module
-        else:
-            return module, prefixes
-
-
-def strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
-    for prefix in prefixes:
-        if len(key) > 1 and key[0] == prefix and prefix not in root._modules:
-            key = key[1:]
-    return key
-
-
-def slot_of(owner: nn.Module, name: str) -> tuple[dict, SlotKind] | None:
-    """The dict of ``owner`` that holds ``name``, and its kind; ``None`` if none does."""
-    # `in tuple(d)`, not `in d`: traced, `name in d` reads the value too, which makes
-    # the module's own tensor a graph input guarded on every call.
-    if name in tuple(owner._parameters):
-        return owner._parameters, SlotKind.PARAMETER
-    if name in tuple(owner._buffers):
-        return owner._buffers, SlotKind.BUFFER
-    if isinstance(owner.__dict__.get(name), torch.Tensor):
-        return owner.__dict__, SlotKind.ATTRIBUTE
-    return None
-
-
-def owner_at(root: nn.Module, path: Sequence[str]) -> nn.Module | None:
-    """The submodule of ``root`` at ``path`` (names, through ``_modules``), or ``None``."""
-    owner = root
-    for part in path:
-        child = owner._modules.get(part)
-        if child is None:
-            return None
-        owner = child
-    return owner
+def read_slots(plan: Plan) -> list[Any]:
+    """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
+    try:
+        return list(map(dict.__getitem__, plan.slots, plan.slot_names))
+    except KeyError:
+        raise StalePlan from None

@@ -20,7 +20,8 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks
 
-from .plan import Plan, unwrap
+from .tree import unwrap
+from .types import Plan
 
 
 def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: list[Any]) -> None:

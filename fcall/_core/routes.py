@@ -18,9 +18,8 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from torch import nn
 
 from .build import build
-from .flatten import Key
-from .plan import unwrap
-from .types import SlotKind
+from .tree import unwrap
+from .types import Key, SlotKind
 
 
 class Levels(NamedTuple):

@@ -21,8 +21,7 @@ import torch
 from torch import nn
 from torch._dynamo.decorators import DynamoConfigPatchProxy
 
-from .plan import Plan, attributes_of
-from .types import SlotKind
+from .types import Plan, SlotKind, attributes_of
 
 _Tensor, _Parameter = torch.Tensor, nn.Parameter
 PARAMETER, BUFFER = SlotKind.PARAMETER, SlotKind.BUFFER

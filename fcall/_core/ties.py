@@ -1,64 +1,17 @@
-"""Ties: which names of a module hold one tensor, and how a cached eager plan sees a tie
-made after it was built, with no hook anywhere.
+"""Ties: which names of a module hold one tensor (``names_and_ties``), found by one walk of
+its tensors (``all_named_tensors``), and whether a submodule is at two paths.
 
-A plan built with ``tie_weights=True`` (or ``strict=True``) knows which names of the
-module hold one tensor *when it was built*. A tie made later (``m.head.weight =
-m.emb.weight``, ``m[1] = m[0]``, a new parameter registered anywhere in the tree) changes
-an object in a parameter or submodule slot, or the size of a slot dict. ``TieWatch``
-keeps, for the plan, every such slot that the swap itself does not write, and
-``unchanged()`` compares them by identity in one C-level pass before each reuse of the
-plan: a change rebuilds the plan, which then sees the tie. The slots the plan writes (the
-given keys and their aliases) are left out: between nested swaps they hold another swap's
-values, and watching them would rebuild the plan of every nested swap.
-
-Not seen in eager, then: a tie made later between two names that are *both* given (each
-gets its own value, where torch.func would ask for one value for both), and a tie of two
-buffers (a forward that reassigns a buffer, ``self.count = self.count + 1``, would make
-every plan stale on every call; ``docs/behaviour.md``).
-
-Under Dynamo no plan is cached: the ties are found at trace time on the real module
-(``fcall/_traced.py``), or, on the generic path, by a walk of the module's tensors in the
-trace, as ``torch.func.functional_call`` does; nothing is recorded anywhere. fcall
-registers no global hook and writes nothing into a module.
+A plan built with ``tie_weights=True`` (or ``strict=True``) knows the ties of the module *when
+it was built*; a tie made later is seen by the cached plan's ``plan.TieWatch``. Under Dynamo
+the ties are found at trace time on the real module (``traced.py``), or, on the generic path,
+by this walk in the trace, as ``torch.func.functional_call`` does; nothing is recorded
+anywhere. fcall registers no global hook and writes nothing into a module.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from operator import is_
-
 import torch
 from torch import nn
-
-
-class TieWatch:
-    """The parameter and submodule slots of a tree that a plan does not write."""
-
-    __slots__ = ("dicts", "names", "sized", "sizes", "values")
-
-    def __init__(self, root: nn.Module, written: Iterable[tuple[dict, str]]) -> None:
-        skip = {(id(slot), name) for slot, name in written}
-        dicts: list[dict] = []
-        names: list[str] = []
-        sized: list[dict] = []
-        for module in root.modules():  # each module once: a tree with a cycle ends
-            for slots in (module._parameters, module._modules):
-                sized.append(slots)
-                for name in slots:
-                    if (id(slots), name) not in skip:
-                        dicts.append(slots)
-                        names.append(name)
-        self.dicts = dicts
-        self.names = names
-        self.values = list(map(dict.get, dicts, names))
-        self.sized = sized
-        self.sizes = list(map(len, sized))
-
-    def unchanged(self) -> bool:
-        """Whether every watched slot holds the same object, and no slot dict grew or shrank."""
-        return list(map(len, self.sized)) == self.sizes and all(
-            map(is_, map(dict.get, self.dicts, self.names), self.values)
-        )
 
 
 def all_named_tensors(root: nn.Module) -> dict[str, torch.Tensor]:

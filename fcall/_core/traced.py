@@ -43,10 +43,10 @@ from .._compat import (
     tensor_facts,
 )
 from .flatten import Leaves, wrapped
-from .plan import Plan, unwrap
 from .routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
-from .types import Entry, SlotKind, new_entry
+from .tree import unwrap
+from .types import Distributed, Entry, Plan, SlotKind, new_entry
 
 _repeat = itertools.repeat
 
@@ -235,7 +235,7 @@ def _plan(route: Route, slots: list[dict], owners: list[nn.Module], attributes: 
     plan.pairs = list(zip(slots, route.names))
     plan.names_are_keys = True
     plan.traced = True
-    plan.distributed = ""  # neither FSDP2 nor DDP: _decide checked
+    plan.distributed = Distributed.NONE  # _decide checked: neither FSDP2 nor DDP
     return plan
 
 

@@ -1,15 +1,24 @@
-"""The typed vocabulary of a swap: how values go in (``Mode``), what kind of slot a
-key names (``SlotKind``), and one row of a plan (``Entry``).
+"""The data of a swap: how values go in (``Mode``), what kind of slot a key names
+(``SlotKind``), what kind of distributed tree a plan is for (``Distributed``), one row of a
+plan (``Entry``), the plan (``Plan``: each key to its slot), and one applied swap (``Swap``).
 
-These are plain enums and a NamedTuple so that Dynamo folds them while it traces a
-swap: an enum member is a constant in the trace, and an ``Entry`` is a tuple (built
-and unpacked without inlining any Python of its own).
+The enums and the NamedTuple are folded by Dynamo while it traces a swap: an enum member is
+a constant in the trace, and an ``Entry`` is a tuple (built and unpacked without inlining
+any Python of its own).
 """
 
 from __future__ import annotations
 
 import enum
+import weakref
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+Key = tuple[str, ...]
+"""A params key as the names of its path: ``("0", "weight")``."""
 
 
 class Mode(enum.Enum):
@@ -27,7 +36,7 @@ class Mode(enum.Enum):
     INPLACE = "inplace"
     """``to_module(inplace=True)``: values are copied into the module's own tensors."""
     SHARDED = "sharded"
-    """An FSDP2 tree: values are copied into each rank's shards (``fcall/_distributed.py``)."""
+    """An FSDP2 tree: values are copied into each rank's shards (``distributed.py``)."""
 
 
 class SlotKind(enum.Enum):
@@ -36,6 +45,14 @@ class SlotKind(enum.Enum):
     PARAMETER = "parameter"  # owner._parameters
     BUFFER = "buffer"  # owner._buffers
     ATTRIBUTE = "attribute"  # owner.__dict__: a plain tensor attribute
+
+
+class Distributed(enum.Enum):
+    """What a plan's module tree is, for ``distributed.py`` (classified on first use)."""
+
+    NONE = "none"  # a plain tree: the swap is a loop of slot writes
+    FSDP = "fsdp"  # some module is FSDP2's (fully_shard): copies into the shards
+    DDP = "ddp"  # a DistributedDataParallel wrapper: values that need grad are refused
 
 
 class Entry(NamedTuple):
@@ -49,7 +66,7 @@ class Entry(NamedTuple):
     """The index of the value in the params leaves (a tied alias: its source's)."""
     attributes: dict[str, Any] | None
     """The owner's ``__dict__``, rather than the owner: a plan must not keep its module
-    alive. ``None`` in a traced Route's plan (``_plan.attributes_of`` reads it on need)."""
+    alive. ``None`` in a traced Route's plan (``attributes_of`` reads it on need)."""
     kind: SlotKind
 
 
@@ -57,3 +74,164 @@ class Entry(NamedTuple):
 # Dynamo runs `Entry(...)` through its polyfill of class instantiation, about 50 bytecode
 # steps per entry, each leaf's compile time; `tuple.__new__` directly, about 4.
 new_entry = tuple.__new__
+
+
+class Plan:
+    """Where each key of a params container lives in a module tree."""
+
+    __slots__ = (
+        "buffer_leaves",
+        "chain",
+        "dict_groups",
+        "direct",
+        "distributed",
+        "entries",
+        "given",
+        "has_attributes",
+        "layout",
+        "may_repeat_slots",
+        "names",
+        "names_are_keys",
+        "owners",
+        "pairs",
+        "parameter_leaves",
+        "preserved",
+        "repeated",
+        "rnns",
+        "root_dicts",
+        "slot_names",
+        "slots",
+        "tie_groups",
+        "tie_sources",
+        "traced",
+    )
+
+    def __init__(self) -> None:
+        self.entries: list[Entry] = []  # given keys first, then tied aliases
+        self.given = 0  # how many entries come from params keys
+        self.names: list[str] = []  # dotted module name of each entry
+        self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
+        self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
+        self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
+        self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
+        # Derived once by finish(), for the hot loops:
+        self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
+        self.slots: list[dict] = []  # the slot of each entry: where each value goes
+        self.slot_names: list[str] = []  # the name of each entry in its slot
+        # leaf indexes of the parameter entries; None: every entry is a parameter
+        self.parameter_leaves: list[int] | None = None
+        self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
+        # entry index -> the earlier entry that names its slot too (a submodule at two
+        # paths): it takes that one's value, and is never written back into params
+        self.repeated: dict[int, int] = {}
+        # traced: the build found a tensor under two names, so finish() looks for
+        # a slot that two entries name (id(slot): a guard on the dict); eager: always
+        self.may_repeat_slots = False
+        self.direct = True  # entry i takes leaf i: no tied aliases
+        self.has_attributes = False  # some entry is a plain tensor attribute
+        # RNN owners, whose _flat_weights need a reset
+        self.rnns: list[weakref.ref[nn.RNNBase]] = []
+        self.layout: Any = None  # the old-values TensorDict layout, made on first use
+        # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
+        # parameter slot: its Parameter), made by the traced front (fcall/_traced.py)
+        # before the module's dicts are read
+        self.preserved: list[Any] | None = None
+        self.distributed: Distributed | None = None  # classified on first use (distributed.py)
+        # traced to_module: the names written into each dict whose order they change
+        # (fcall/_registration.py; a Route's, or grouped on first use)
+        self.dict_groups: list[tuple[dict, list[str]]] | None = None
+        self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped
+        # a Route's plan whose entries hold no owner __dict__: each entry's owner module
+        self.owners: list[nn.Module] | None = None
+        self.traced = False  # built while Dynamo traces (fcall/_traced.py, or build traced)
+
+    def finish(self, cached: bool = True) -> Plan:
+        """Derive what the hot loops read (a plan built under Dynamo, ``cached=False``, is
+        never reused: it needs only the slots)."""
+        self.pairs = [(entry.slot, entry.name) for entry in self.entries]
+        self.slots = [entry.slot for entry in self.entries]
+        self.slot_names = [entry.name for entry in self.entries]
+        self.direct = len(self.entries) == self.given
+        self.traced = not cached
+        if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
+            self._find_repeated()
+        if not cached:
+            return self
+        # eager only: slot_values' bulk conversion
+        parameter_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.PARAMETER]
+        if len(parameter_leaves) != len(self.entries):
+            self.parameter_leaves = parameter_leaves
+        self.buffer_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.BUFFER]
+        return self
+
+    def _find_repeated(self) -> None:
+        """A submodule registered at two paths gives two entries one slot: the first
+        path's value goes in, as tensordict's ``to_module`` visits a module once. The
+        later entries take the first one's leaf and are marked ``repeated``; they are
+        written and restored as plain entries, never written back into params."""
+        first: dict[tuple[int, str], int] = {}
+        repeated = {}
+        for index in range(len(self.entries)):
+            slot, name, _, attributes, kind = self.entries[index]
+            seen = first.setdefault((id(slot), name), index)
+            if seen != index:
+                leaf = self.entries[seen].leaf
+                self.entries[index] = new_entry(Entry, (slot, name, leaf, attributes, kind))
+                repeated[index] = seen
+        if repeated:
+            self.repeated = repeated
+            self.has_attributes = True
+            self.direct = False
+
+
+class StalePlan(Exception):
+    """A cached plan named a slot that is gone: the caller rebuilds and retries."""
+
+
+def attributes_of(plan: Plan, index: int) -> dict[str, Any]:
+    """The ``__dict__`` of entry ``index``'s owner module."""
+    attributes = plan.entries[index].attributes
+    if attributes is None:  # a Route's plan (traced.py): read on first need
+        assert plan.owners is not None
+        attributes = plan.owners[index].__dict__
+    return attributes
+
+
+class Sharded(NamedTuple):
+    """A swap into an FSDP2 tree (``distributed.py``): copies into the shards."""
+
+    fsdp_modules: list[nn.Module]
+    """Every FSDP module of the tree, resharded before each copy."""
+    shards: list[torch.Tensor]
+    """Per entry, the module's own sharded tensor that the values are copied into."""
+
+
+class _Gone:
+    """What restore reports for a slot that the block deleted (``del m.weight``)."""
+
+    def __repr__(self) -> str:
+        return "<deleted in the block>"
+
+
+GONE = _Gone()
+
+
+@dataclass(slots=True)
+class Swap:
+    """One applied swap, with what it takes to undo it."""
+
+    plan: Plan
+    mode: Mode
+    leaves: Any  # flatten.Leaves
+    non_blocking: bool
+    old: list[Any] = field(default_factory=list)  # what each slot held
+    new: list[Any] = field(default_factory=list)  # what each slot received
+    # per entry, only when a value changes dict: the dict each value goes into
+    targets: list[dict] | None = None
+    # (dict, its key order) of each dict a value left
+    orders: list[tuple[dict, list[str]]] = field(default_factory=list)
+    done: bool = False  # restored already: a second restore must not undo later swaps
+    sharded: Sharded | None = None  # an FSDP2 tree's (distributed.py)
+    # to_module's swaps: the module whose dicts get tensordict's registration order, on
+    # commit and on restore (registration.py); None: the order is kept
+    reorder_in: nn.Module | None = None

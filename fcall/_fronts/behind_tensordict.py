@@ -22,8 +22,8 @@ from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
 from .._params.params import TensorDictParams
-from .api import to_module
 from .from_module import from_module
+from .to_module import to_module
 
 __all__ = ["behind_tensordict"]
 

@@ -20,7 +20,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
-from .._core.plan import unwrap
+from .._core.distributed import fsdp_modules, reshard
+from .._core.tree import unwrap
 
 __all__ = ["CheckpointMismatch", "from_checkpoint"]
 
@@ -118,7 +119,7 @@ def from_checkpoint(
     from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     path = os.fspath(checkpoint_id)
-    _reshard(module)
+    reshard(fsdp_modules(module))  # the sharded parameters are the ones read
     own = _module_tensors(module)
     metadata = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
     prefix = prefix.rstrip(".")
@@ -192,18 +193,6 @@ def _problems(
     if shapes:
         problems.append("shape mismatch: " + "; ".join(shapes))
     return problems
-
-
-def _reshard(module: nn.Module) -> None:
-    """FSDP2 registers full (unsharded) parameters between forward and reshard: put the
-    sharded ones back, so they are the ones read (what fcall's swaps do too)."""
-    try:
-        from torch.distributed.fsdp import FSDPModule
-    except ImportError:  # pragma: no cover - torch built without distributed
-        return
-    for child in module.modules():
-        if isinstance(child, FSDPModule):
-            child.reshard()
 
 
 def _module_tensors(module: nn.Module) -> dict[Key, torch.Tensor]:

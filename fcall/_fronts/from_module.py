@@ -7,8 +7,8 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictParams as TensorDictParamsBase
 from torch import nn
 
+from .. import _errors
 from .._params.params import TensorDictParams
-from .api import _check_module
 
 __all__ = ["from_module"]
 
@@ -46,7 +46,8 @@ def from_module(
         >>> len(list(target.parameters())), len(list(target.buffers()))
         (4, 3)
     """
-    _check_module(module, "fcall.from_module")
+    if not isinstance(module, nn.Module):
+        raise TypeError(_errors.not_a_module("fcall.from_module", module))
     # tensordict's own walk (TensorDict._from_module): the peer's tree by construction, a
     # TensorDictParams held as a submodule kept as that very object, and with as_module
     # (eager) buffers marked as tensordict marks them (Buffer).

@@ -1,12 +1,26 @@
-"""``fcall.functional_call``: torch.func's semantics on the swap pipeline of ``_api.py``.
+"""``fcall.functional_call``: ``torch.func.functional_call``'s semantics on fcall's swap.
 
-A swap, a call and a restore; a key the plan refuses (``UnknownKey``) takes
-``_extra_keys.py``'s slow path, as torch.func sets such a key as an attribute for the call.
+A swap, a call and a restore (``engine.swap_in``). A key the plan refuses (``UnknownKey``:
+nothing was written) takes the slow path below, the extras:
+
+``functional_call``'s keys that name no parameter or buffer, as ``torch.func`` treats them.
+
+``torch.func.functional_call`` (``torch.nn.utils._named_member_accessor.swap_tensor`` with
+``allow_missing=True``) sets such a key as an attribute of its submodule for the duration
+of the call: ``forward`` can read it, an ``nn.Parameter`` value registers (it shows in
+``parameters()``), and the attribute is deleted (or the old value put back) afterwards. A
+key under a submodule that does not exist raises ``AttributeError``; a key naming an
+attribute that is neither a tensor nor ``None`` raises ``TypeError``; ``strict=True`` raises
+``RuntimeError`` listing the unexpected and the missing keys. Every check runs before
+anything is written.
+
+The keys are split into the ones the plan takes and the extras.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -14,10 +28,11 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from .. import _errors
-from .._core import flatten as _flatten
-from .._core.engine import Swap, restore
-from . import extra_keys as _extra_keys
-from .api import Params, _check_module, _swap_in
+from .._core.engine import restore, swap_in
+from .._core.flatten import flatten
+from .._core.ties import all_named_tensors, names_and_ties
+from .._core.tree import owner_at, slot_of, strip, unwrap, unwrap_for_keys
+from .swap import Params
 
 __all__ = ["functional_call"]
 
@@ -76,7 +91,7 @@ def functional_call(
     elif not isinstance(params, (Mapping, TensorDictBase)):
         raise ValueError(_errors.bad_params_form(api, params))
     try:
-        swapped, _ = _swap_in(params, module, api, strict, tie_weights)
+        swapped, _ = swap_in(params, module, api, strict, tie_weights)
     except _errors.UnknownKey:  # nothing was written: torch.func's attribute keys
         if unknown_keys == "raise" and not strict:
             raise
@@ -93,21 +108,33 @@ def _call_with_extras(
     api = "fcall.functional_call"
     if isinstance(params, Mapping) and "" in params:  # torch.func refuses the empty name
         raise KeyError(_errors.EMPTY_NAME)
-    found = _extra_keys.split(params, module, api)
+    found = _split(params, module, api)
     if strict:
-        raise _extra_keys.strict_error(module, found, tie_weights, api) from None
-
-    def swap_in(known: dict[str, Any]) -> Swap:
-        return _swap_in(known, module, api, strict, tie_weights)[0]
-
-    return _extra_keys.call_with_extras(
-        module, params, found, swap_in, restore, lambda: module(*args, **kwargs)
-    )
+        raise _strict_error(module, found, tie_weights, api) from None
+    _check_extras(module, found.extras)
+    swapped, _ = swap_in(found.known, module, api, strict, tie_weights)
+    try:
+        for extra in found.extras:
+            setattr(extra.owner, extra.name, extra.value)
+        try:
+            return module(*args, **kwargs)
+        finally:
+            for extra in reversed(found.extras):
+                if extra.old is _MISSING:
+                    if hasattr(extra.owner, extra.name):
+                        delattr(extra.owner, extra.name)
+                else:
+                    setattr(extra.owner, extra.name, extra.old)
+    finally:
+        before = dict(found.known)
+        restore(swapped)
+        _write_back(params, before, found.known)
 
 
 def _check_stateless(module: Any, api: str) -> None:
     """torch.func's refusals, in its words: TorchScript and ``nn.DataParallel``."""
-    _check_module(module, api)
+    if not isinstance(module, nn.Module):
+        raise TypeError(_errors.not_a_module(api, module))
     if (
         torch.jit.is_tracing()
         or torch.jit.is_scripting()
@@ -145,5 +172,109 @@ def _flat_items(part: Any, position: int, api: str) -> Any:
         isinstance(value, (Mapping, TensorDictBase)) for value in part.values()
     ):
         return part.items()  # flat already, as torch.func takes it
-    leaves = _flatten.flatten(part, api)
+    leaves = flatten(part, api)
     return [(".".join(key), value) for key, value in zip(leaves.keys, leaves.values)]
+
+
+# torch.func's keys that name no parameter or buffer: attributes for the call
+
+_MISSING = object()
+
+
+@dataclass(slots=True)
+class _Extra:
+    """A key set as an attribute for the call: its submodule's path (then the submodule,
+    found by ``check_extras``), its name, value and what it held."""
+
+    path: tuple[str, ...]
+    name: str
+    value: Any
+    old: Any
+    owner: nn.Module | None = None
+
+
+@dataclass(slots=True)
+class _Split:
+    """``params`` split into what the swap takes (flat names) and the extras."""
+
+    known: dict[str, Any]
+    given: list[str]  # the module names of the known keys (wrapper prefixes stripped)
+    extras: list[_Extra]
+    unexpected: list[str]
+
+
+def _split(params: Any, module: nn.Module, api: str) -> _Split:
+    """The known keys (as a flat dict of dotted names) and the extras of ``params``."""
+    leaves = flatten(params, api)
+    root, prefixes = unwrap_for_keys(module)
+    known: dict[str, Any] = {}
+    given: list[str] = []
+    extras: list[_Extra] = []
+    unexpected: list[str] = []
+    for key, value in zip(leaves.keys, leaves.values):
+        stripped = strip(root, key, prefixes)
+        owner = owner_at(root, stripped[:-1])
+        name = stripped[-1]
+        if owner is not None and slot_of(owner, name) is not None:
+            known[".".join(key)] = value
+            given.append(".".join(stripped))
+            continue
+        unexpected.append(".".join(stripped))
+        extras.append(_Extra(stripped[:-1], name, value, _MISSING))
+    return _Split(known, given, extras, unexpected)
+
+
+def _submodule(root: nn.Module, path: tuple[str, ...]) -> nn.Module:
+    """``NamedMemberAccessor.get_submodule``: its errors, word for word."""
+    owner = root
+    for depth, part in enumerate(path):
+        try:
+            child = getattr(owner, part)
+        except AttributeError as ex:
+            raise AttributeError(f"{owner._get_name()} has no attribute `{part}`") from ex
+        if not isinstance(child, nn.Module):
+            name = ".".join(path[: depth + 1])
+            raise TypeError(f"submodule `{name}`: {child} is not an instance of torch.nn.Module")
+        owner = child
+    return owner
+
+
+def _check_extras(module: nn.Module, extras: list[_Extra]) -> None:
+    """torch's checks of an attribute key (``swap_tensor``), before anything is written;
+    finds each key's submodule (after ``strict``'s check, as torch.func)."""
+    root, _ = unwrap(module)
+    for extra in extras:
+        extra.owner = _submodule(root, extra.path)
+        if extra.value is not None and not isinstance(extra.value, torch.Tensor):
+            raise TypeError(f"{extra.value} is not an instance of torch.Tensor")
+        if hasattr(extra.owner, extra.name):
+            old = getattr(extra.owner, extra.name)
+            if old is not None and not isinstance(old, torch.Tensor):
+                raise TypeError(
+                    f"attribute `{extra.name}`: {old} is not an instance of torch.Tensor"
+                )
+            extra.old = old
+
+
+def _strict_error(module: nn.Module, found: _Split, tie_weights: bool, api: str) -> RuntimeError:
+    """``strict=True`` with unexpected keys: torch's message, and fcall's detail."""
+    root, _ = unwrap(module)
+    names, tied = names_and_ties(all_named_tensors(root))
+    given = set(found.given)
+    if tie_weights:
+        for group in tied:
+            if given.intersection(group):
+                given.update(group)
+    missing = sorted(name for name in names if name not in given)  # sorted, as torch's
+    return RuntimeError(_errors.unexpected_keys(api, root._get_name(), found.unexpected, missing))
+
+
+def _write_back(params: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
+    """Values that ``forward`` reassigned go back into ``params`` (as torch.func's)."""
+    for name, value in after.items():
+        if value is before[name]:
+            continue
+        if isinstance(params, dict) and name in params:
+            params[name] = value
+        elif isinstance(params, TensorDictBase):
+            params[tuple(name.split("."))] = value

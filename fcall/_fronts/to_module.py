@@ -1,30 +1,36 @@
-"""``to_module`` and ``swap``, and ``_swap_in``: the pipeline ``functional_call`` shares."""
+"""``fcall.to_module``: tensordict's ``to_module``, every keyword, compile-clean; and the
+TensorDict it returns, which restores the module when used in ``with``.
+
+tensordict turns some of its methods into context managers: the returned TensorDict
+carries ``_last_op = (name, (args, kwargs, ref))`` and its ``__exit__`` calls
+``LAST_OP_MAPS[name]``. fcall registers its own op names there (``_compat.register_exit_op``),
+so that a plain ``TensorDict`` (or the user's ``swap_dest``) restores the module through
+fcall's exact ``restore``, and adds them to the ops that are undone when the block raises. No
+TensorDict subclass is needed, which keeps Dynamo on the TensorDict paths it already traces
+(in eager, fcall's own ``OldValues`` takes a shorter path to the same dispatch:
+``flatten.OldValues.__exit__``). ``to_module(old, module)`` while that swap is in is its exact
+undo (``_exact_inverse``, recognised by the very objects).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from types import TracebackType
 from typing import Any, Literal, overload
 
-import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from .. import _errors
-from .._core import distributed as _distributed
-from .._core import flatten as _flatten
-from .._core import traced as _traced
-from .._core.build import build
-from .._core.engine import AS_IS, GONE, INPLACE, PRESERVE, REPLACE, Swap, commit, prepare, restore
-from .._core.plan import Plan, StalePlan
-from .._core.plan_cache import forget, plan_for
+from .._compat import register_exit_op
+from .._core.engine import commit, prepare, reapply, restore
+from .._core.flatten import Leaves, flatten, old_tensordict
+from .._core.plan import forget, resolve
 from .._core.registration import reregister_as_given
-from .._core.types import Mode
-from . import peer_to_module as _peer_to_module
-from .context import attach, attach_redo, undone_by
-from .tensordict_module import into_tensordict_module
+from .._core.types import GONE, Mode, Plan, StalePlan, Swap
+from . import tensordict_peer
 
 Params = TensorDictBase | Mapping[str, Any]
+AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
 
 
 # The type checker's view: with return_swap=True (the default) the result is a TensorDict, so
@@ -136,7 +142,8 @@ def to_module(
     api = "fcall.to_module"
     if memo is not None:
         raise RuntimeError(_errors.memo_given(api))
-    _check_module(module, api)
+    if not isinstance(module, nn.Module):
+        raise TypeError(_errors.not_a_module(api, module))
     if swap_dest is not None and not isinstance(swap_dest, TensorDictBase):
         raise TypeError(_errors.bad_swap_dest(api, swap_dest))
     if use_state_dict:
@@ -144,18 +151,20 @@ def to_module(
             raise RuntimeError(_errors.inplace_with_state_dict(api))
         params = _through_load_state_dict_pre_hooks(params, module, api)
     if isinstance(module, TensorDictBase):  # a TensorDictParams: its TensorDict is replaced
-        return into_tensordict_module(params, module, return_swap, api)
+        return tensordict_peer.into_tensordict_module(params, module, return_swap, api)
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
     try:
-        return _retried_if_stale(
-            module, _to_module, params, module, mode, return_swap, swap_dest, non_blocking
-        )
+        try:
+            return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
+        except StalePlan:  # a cached plan named a slot that is gone: nothing was written
+            forget(module)
+            return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
     except _errors.UnknownKey:  # nothing was written
-        if not _peer_to_module.crosses_tensordict_module(params, module):
+        if not tensordict_peer.crosses_tensordict_module(params, module):
             raise
     # A key through a TensorDictParams held as a submodule (`m.params = TensorDictParams(..)`)
     # has no slot of its own: tensordict's own to_module swaps it (the peer's semantics).
-    return _peer_to_module.to_module(
+    return tensordict_peer.to_module(
         params,
         module,
         inplace=inplace,
@@ -175,7 +184,7 @@ def _to_module(
     non_blocking: bool,
 ) -> TensorDictBase | None:
     api = "fcall.to_module"
-    plan, leaves = _resolve(
+    plan, leaves = resolve(
         params,
         module,
         api,
@@ -192,155 +201,30 @@ def _to_module(
             reregister_as_given(undone.plan, module, plan.names[: plan.given])
             if not return_swap:
                 return None
-            out: TensorDictBase | None = _old_tensordict(plan, leaves, current[: undone.plan.given])
-            attach_redo(out, undone, current)  # `with`: on exit, the swap is back in
+            out: TensorDictBase | None = old_tensordict(plan, leaves, current[: undone.plan.given])
+            _attach_redo(out, undone, current)  # `with`: on exit, the swap is back in
             return out
-    swap = _distributed.prepare(module, plan, leaves, mode, api, non_blocking)
-    swap = swap or prepare(plan, leaves, mode, api, non_blocking)
-    if swap.strategy is None:  # tensordict's order and hooks (FSDP2 copies into shards)
+    swap = prepare(module, plan, leaves, mode, api, non_blocking)
+    if swap.sharded is None:  # tensordict's order and hooks (FSDP2 copies into shards)
         swap.reorder_in = module
     # swap_dest is written first: a failure there leaves the module untouched
-    out = _old_values(plan, leaves, swap.old_given(), swap_dest) if return_swap else None
+    old = swap.old[: plan.given]
+    out = _old_values(plan, leaves, old, swap_dest) if return_swap else None
     commit(swap)
     if out is not None:  # OldValues or swap_dest
-        attach(out, swap, module)
+        _attach(out, swap, module)
     return out
 
 
-class swap:
-    """Swap ``params`` into ``module`` for the duration of a ``with`` block.
-
-    ``with fcall.swap(params, model) as old:`` runs the block with ``params`` in
-    the module and binds ``old`` to a TensorDict of the values it held. On exit,
-    normal or by exception, the module gets back the very same Parameter and
-    buffer objects, registered as before. Values go into their slots as they are,
-    like ``torch.func.functional_call``: no new Parameter is made, so gradients
-    reach every leaf that requires grad. In-place updates during the block
-    (BatchNorm running stats) land in the params' tensors, and a buffer that
-    ``forward`` reassigns is written back into ``params`` on exit.
-
-    Args:
-        params: a TensorDict, a TensorDictParams, or a dict (nested or flat keys).
-        module: the module to swap into.
-        strict: if ``True``, every parameter and buffer of the module must have a
-            value in ``params`` (``RuntimeError`` listing the missing keys).
-        tie_weights: names that the module ties to one tensor all see the value
-            given for any of them; different values for tied names raise
-            ``ValueError``. With ``False`` each name takes only its own value.
-
-    Unknown keys raise ``KeyError`` and non-tensor values ``TypeError``, before
-    anything is written.
-
-    Examples:
-        >>> import torch
-        >>> from torch import nn
-        >>> import fcall
-        >>> model = nn.Linear(2, 2)
-        >>> ones = {"weight": torch.ones(2, 2), "bias": torch.zeros(2)}
-        >>> with fcall.swap(ones, model) as old:
-        ...     model(torch.tensor([1.0, 2.0]))
-        tensor([3., 3.])
-        >>> model.weight is old["weight"]
-        True
-    """
-
-    def __init__(
-        self, params: Params, module: nn.Module, *, strict: bool = False, tie_weights: bool = True
-    ) -> None:
-        self._params = params
-        self._module = module
-        self._strict = strict
-        self._tie_weights = tie_weights
-        self._swap: Swap | None = None
-        self._outer: list[Swap] = []  # the swaps of enclosing enters of this object
-
-    def __enter__(self) -> TensorDict:
-        swapped, leaves = _swap_in(
-            self._params, self._module, "fcall.swap", self._strict, self._tie_weights
-        )
-        if self._swap is not None:  # entered again inside its own block: nested restores
-            self._outer.append(self._swap)
-        self._swap = swapped
-        return _old_tensordict(swapped.plan, leaves, swapped.old_given())
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> Literal[False]:
-        if self._swap is not None:
-            swapped = self._swap
-            self._swap = self._outer.pop() if self._outer else None
-            restore(swapped)
-        return False
-
-
-def _swap_in(
-    params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
-) -> tuple[Swap, _flatten.Leaves]:
-    _check_module(module, api)
-    return _retried_if_stale(module, _swap_in_once, params, module, api, strict, tie_weights)
-
-
-def _retried_if_stale(module: nn.Module, swap_in: Any, *args: Any) -> Any:
-    """``swap_in(*args)``, made again with new plans if a cached plan of ``module`` named
-    a slot that is gone (``StalePlan``: its writes were undone)."""
-    try:
-        return swap_in(*args)
-    except StalePlan:
-        forget(module)
-        return swap_in(*args)
-
-
-def _swap_in_once(
-    params: Params, module: nn.Module, api: str, strict: bool, tie_weights: bool
-) -> tuple[Swap, _flatten.Leaves]:
-    plan, leaves = _resolve(params, module, api, tie_weights=tie_weights, strict=strict)
-    _check_tied_values(plan, leaves, api)
-    swapped = _distributed.prepare(module, plan, leaves, AS_IS, api, False)
-    swapped = swapped or prepare(plan, leaves, AS_IS, api, False)
-    commit(swapped)
-    return swapped, leaves
-
-
-def _resolve(
-    params: Params,
-    module: nn.Module,
-    api: str,
-    *,
-    tie_weights: bool,
-    strict: bool,
-    make_parameters: bool = False,
-    group_by_dict: bool = False,
-) -> tuple[Plan, _flatten.Leaves]:
-    """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``.
-    Traced, a Route decides it (``fcall/_traced.py``), else the generic path: ``build``
-    traced. ``make_parameters``, ``group_by_dict``: see ``_traced.resolve``."""
-    # The one is_compiling() check of a swap: past it, plan.traced tells.
-    if torch.compiler.is_compiling():
-        routed = _traced.resolve(
-            params, module, api, tie_weights, strict, make_parameters, group_by_dict
-        )
-        if routed is not None:
-            return routed
-        leaves = _flatten.flatten_generic(params, api)
-        return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict), leaves
-    leaves = _flatten.flatten_eager(params, api)
-    return plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict), leaves
-
-
-def _exact_inverse(
-    params: Params, module: nn.Module, plan: Plan, leaves: _flatten.Leaves
-) -> Swap | None:
+def _exact_inverse(params: Params, module: nn.Module, plan: Plan, leaves: Leaves) -> Swap | None:
     """The swap that ``params`` (in ``plan``) exactly undoes, or ``None``: ``params`` holds
     the very objects that swap took out, under the same names. Position first; by name
     when the order differs (a ``swap_dest`` groups each submodule's buffers with its
     parameters, where a flat dict listed every parameter first)."""
-    undone = undone_by(params, module, plan.traced)
+    undone = _undone_by(params, module, plan.traced)
     if undone is None:
         return None
-    old, values = undone.old_given(), leaves.values
+    old, values = undone.old[: undone.plan.given], leaves.values
     if len(old) != len(values):
         return None
     if all(a is b for a, b in zip(old, values)):
@@ -352,44 +236,104 @@ def _exact_inverse(
     return undone
 
 
-def _check_tied_values(plan: Plan, leaves: _flatten.Leaves, api: str) -> None:
-    for indexes in plan.tie_sources:
-        first = leaves.values[indexes[0]]
-        if any(leaves.values[i] is not first for i in indexes[1:]):
-            names = [".".join(leaves.keys[i]) for i in indexes]
-            raise ValueError(_errors.tied_conflict(api, names))
-
-
-def _check_module(module: Any, api: str) -> None:
-    if not isinstance(module, nn.Module):
-        raise TypeError(_errors.not_a_module(api, module))
-
-
 def _old_values(
-    plan: Plan, leaves: _flatten.Leaves, old: list[Any], swap_dest: TensorDictBase | None
+    plan: Plan, leaves: Leaves, old: list[Any], swap_dest: TensorDictBase | None
 ) -> TensorDictBase:
     if swap_dest is None:
-        return _old_tensordict(plan, leaves, old)
+        return old_tensordict(plan, leaves, old)
     for key, value in zip(leaves.keys, old):
         swap_dest[key] = value
     return swap_dest
 
 
-def _old_tensordict(plan: Plan, leaves: _flatten.Leaves, old: list[Any]) -> TensorDict:
-    # Lazy in eager and under Dynamo alike: tracing one TensorDict per submodule
-    # that nobody reads would cost more compile time than the rest of the swap.
-    if plan.names_are_keys:  # built while tracing (fcall/_build.py): no layout yet
-        return _flatten.old_values(None, plan.names[: plan.given], old)
-    if plan.layout is None:
-        plan.layout = _flatten.layout_of(leaves.keys)  # cached with the plan, per key structure
-    return _flatten.old_values(plan.layout, None, old, leaves.signature)
-
-
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:
     """Run every ``load_state_dict`` pre-hook once, as ``module.load_state_dict`` would."""
-    leaves = _flatten.flatten(params, api)
+    leaves = flatten(params, api)
     state = {".".join(key): value for key, value in zip(leaves.keys, leaves.values)}
     for prefix, submodule in module.named_modules():
         for hook in submodule._load_state_dict_pre_hooks.values():
             hook(state, f"{prefix}." if prefix else "", {}, True, [], [], [])
     return state
+
+
+# The `with` of the returned TensorDict
+
+OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
+REDO_OP_NAME = "_fcall_to_module_redo"  # the record of an exact undo: the swap back on exit
+RECORD = "_fcall_swap"  # (swap, module) of the swap a TensorDict undoes, see _undone_by
+
+
+def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
+    swap, _ = args
+    restore(swap)
+
+
+def _reapply_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
+    swap, current = args
+    reapply(swap, current)
+
+
+def _undone_by(params: Any, module: Any, traced: bool = False) -> Swap | None:
+    """The swap that ``to_module(params, module)`` exactly undoes, if any.
+
+    ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned (or
+    filled as ``swap_dest``), not yet restored, and still holding the very objects it
+    was returned with. Restoring through the record puts every name back in its dict
+    and in its place, which a generic swap cannot do for a parameter that a
+    ``preserve_module_state=False`` swap had turned into a plain attribute.
+
+    ``traced`` (Dynamo is tracing): ``_last_op`` is never read. On a TensorDict that
+    comes into the compiled function, that read makes Dynamo guard that ``_last_op``
+    stays out of the object's ``__dict__`` (TensorDictBase has a class-level ``None``),
+    and tensordict's ``clear_refs_for_compile_()`` breaks the guard by writing
+    ``_last_op = None`` there: one recompile, in every TorchRL loss (it calls it after
+    each step). fcall's own key ``RECORD`` is read instead, from exact TensorDicts
+    (and ``OldValues``) only: nothing but fcall writes it, so its guard holds, and a
+    TensorDictParams is not asked at all.
+    """
+    if traced:
+        record = params.__dict__.get(RECORD) if isinstance(params, TensorDict) else None
+    else:
+        last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
+        record = last_op[1][0] if last_op and last_op[0] == OP_NAME else None
+    if record is None:
+        return None
+    swap, owner = record
+    if owner is not module or swap.done or swap.mode not in (PRESERVE, REPLACE):
+        return None
+    return swap
+
+
+def _no_previous() -> None:
+    return None
+
+
+def _keep_refs() -> None:
+    return None
+
+
+def _attach(out: Any, swap: Swap, module: Any) -> None:
+    """``out`` restores ``swap`` on exit of a ``with`` block."""
+    _record(out, OP_NAME, (swap, module))
+    out.__dict__[RECORD] = (swap, module)  # what _undone_by reads while tracing
+
+
+def _attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:
+    """``out``, returned by ``to_module(old, module)`` that undid ``swap`` (which left
+    ``current`` in the slots), puts the swap back in on exit of a ``with`` block, as
+    tensordict's ``to_module`` swaps back the values it took out."""
+    _record(out, REDO_OP_NAME, (swap, current))
+
+
+def _record(out: Any, op_name: str, args: tuple) -> None:
+    out._last_op = (op_name, (args, {}, _no_previous))
+    # Under Dynamo, TensorDict.__exit__ first calls clear_refs_for_compile_(),
+    # which calls type() on every leaf; on a Parameter created in the graph (a
+    # nested to_module wraps values in Parameters) that crashes the guard
+    # builder (NameError: SYNTHETIC_LOCAL). The refs it clears are weakrefs that
+    # fcall never records, so the call is skipped for this TensorDict.
+    out.clear_refs_for_compile_ = _keep_refs
+
+
+register_exit_op(OP_NAME, _restore_on_exit)
+register_exit_op(REDO_OP_NAME, _reapply_on_exit)

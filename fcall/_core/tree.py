@@ -1,0 +1,73 @@
+"""The module tree as keys see it: wrappers, the optional prefixes, paths and slots.
+
+One unwrap (``unwrap``: ``torch.compile``'s ``OptimizedModule`` and DDP), one rule for the
+prefixes a key may carry (``unwrap_for_keys``), one path -> submodule resolver
+(``owner_at``) and one name -> slot rule (``slot_of``), for every front and the builder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from .types import Key, SlotKind
+
+
+def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
+    """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
+    prefixes = []
+    while True:
+        if isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
+            prefixes.append("_orig_mod")
+            module = module._orig_mod
+        elif isinstance(module, nn.parallel.DistributedDataParallel):
+            prefixes.append("module")
+            module = module.module
+        else:
+            return module, prefixes
+
+
+def unwrap_for_keys(module: nn.Module) -> tuple[nn.Module, list[str]]:
+    """``unwrap``, with every prefix a key may carry and ``strip`` drops: the wrappers',
+    and ``_orig_mod`` on any module. Dynamo traces a ``torch.compile``-d module as its
+    ``_orig_mod``, where the wrapper is not seen: its prefix is accepted everywhere (eager and
+    compiled alike) when the module has no submodule of that name."""
+    root, prefixes = unwrap(module)
+    if "_orig_mod" not in prefixes:
+        prefixes.append("_orig_mod")
+    return root, prefixes
+
+
+def strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
+    """``key`` without the leading ``prefixes`` that name no submodule of ``root``."""
+    for prefix in prefixes:
+        if len(key) > 1 and key[0] == prefix and prefix not in root._modules:
+            key = key[1:]
+    return key
+
+
+def slot_of(owner: nn.Module, name: str) -> tuple[dict, SlotKind] | None:
+    """The dict of ``owner`` that holds ``name``, and its kind; ``None`` if none does."""
+    # `in tuple(d)`, not `in d`: traced, `name in d` reads the value too, which makes
+    # the module's own tensor a graph input guarded on every call.
+    if name in tuple(owner._parameters):
+        return owner._parameters, SlotKind.PARAMETER
+    if name in tuple(owner._buffers):
+        return owner._buffers, SlotKind.BUFFER
+    if isinstance(owner.__dict__.get(name), torch.Tensor):
+        return owner.__dict__, SlotKind.ATTRIBUTE
+    return None
+
+
+def owner_at(root: Any, path: Sequence[str]) -> nn.Module | None:
+    """The submodule of ``root`` at ``path`` (names, through ``_modules``), or ``None``."""
+    owner = root
+    for part in path:
+        child = owner._modules.get(part) if isinstance(owner, nn.Module) else None
+        if child is None:
+            return None
+        owner = child
+    return owner
