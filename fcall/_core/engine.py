@@ -29,7 +29,7 @@ from . import distributed
 from .flatten import Leaves
 from .plan import forget, read_slots, resolve
 from .registration import reregister, reregister_restored, run_hooks
-from .slot_values import registered_values
+from .slot_values import preserved, registered_values
 from .types import GONE, Distributed, Entry, Mode, Plan, SlotKind, StalePlan, Swap, attributes_of
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
@@ -45,22 +45,16 @@ def swap_in(
     if not isinstance(module, nn.Module):
         raise TypeError(_errors.not_a_module(api, module))
     try:
-        return _swap_in_once(params, module, api, strict, tie_weights)
+        plan, leaves = resolve(params, module, api, tie_weights=tie_weights, strict=strict)
+        for indexes in plan.tie_sources:  # tied names given: one value for all of them
+            first = leaves.values[indexes[0]]
+            if any(leaves.values[i] is not first for i in indexes[1:]):
+                names = [".".join(leaves.keys[i]) for i in indexes]
+                raise ValueError(_errors.tied_conflict(api, names))
+        swapped = prepare(module, plan, leaves, AS_IS, api, False)
     except StalePlan:
         forget(module)
-        return _swap_in_once(params, module, api, strict, tie_weights)
-
-
-def _swap_in_once(
-    params: Any, module: nn.Module, api: str, strict: bool, tie_weights: bool
-) -> tuple[Swap, Leaves]:
-    plan, leaves = resolve(params, module, api, tie_weights=tie_weights, strict=strict)
-    for indexes in plan.tie_sources:  # tied names given: one value for all of them
-        first = leaves.values[indexes[0]]
-        if any(leaves.values[i] is not first for i in indexes[1:]):
-            names = [".".join(leaves.keys[i]) for i in indexes]
-            raise ValueError(_errors.tied_conflict(api, names))
-    swapped = prepare(module, plan, leaves, AS_IS, api, False)
+        return swap_in(params, module, api, strict, tie_weights)
     commit(swapped)
     return swapped, leaves
 
@@ -89,7 +83,10 @@ def prepare(
     # (fcall/README.md, where the code bends to Dynamo).
     swap.old = read_slots(plan)
     if mode is PRESERVE:
-        swap.new = registered_values(plan, values, swap.old)
+        if plan.direct and not plan.traced:  # an eager plan whose entry i takes leaf i
+            swap.new = preserved(plan, values, swap.old)
+        else:
+            swap.new = registered_values(plan, values, swap.old)
     elif plan.direct:
         swap.new = values
     else:
@@ -102,14 +99,17 @@ def prepare(
 def commit(swap: Swap) -> None:
     if swap.sharded is not None:  # an FSDP2 tree: copies into its shards
         return distributed.copy_in(swap, swap.new)
-    to_end = _to_end(swap)
+    plan = swap.plan
     if swap.mode is INPLACE:
-        copy_inplace(swap.plan, swap.new, swap.non_blocking)
+        copy_inplace(plan, swap.new, swap.non_blocking)
+        to_end = False
     else:
         if swap.targets is not None:
-            swap.orders = [(slot, list(slot)) for slot in _dicts_left(swap.plan, swap.targets)]
-        _write(swap.plan, swap.new, swap.targets, to_end)
-    if swap.reorder_in is not None:
+            swap.orders = [(slot, list(slot)) for slot in _dicts_left(plan, swap.targets)]
+        # (_to_end, inline: a call less on every swap)
+        to_end = swap.reorder_in is not None and not plan.traced and not plan.repeated
+        _write(plan, swap.new, swap.targets, to_end)
+    if swap.reorder_in is not None and (_hooks or not to_end):  # to_end: the order is given
         _reregister(swap, swap.reorder_in, swap.new, to_end)
 
 

@@ -157,25 +157,31 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
     """
     shape += entries
     shape.append(_END_NAMES)
-    for name, value in entries.items():
-        # `is` twice, not `in` a tuple of classes: twice as fast per leaf here.
-        cls = type(value)
-        if cls is _Parameter or cls is _Tensor:
-            values.append(value)
-        elif cls is TensorDict or cls is OldValues:
-            shape.append(name)
-            if not _walk_exact(value._tensordict, values, shape):
+    pending = [iter(entries.items())]  # a loop over the nodes, not a call per node
+    while pending:
+        for name, value in pending[-1]:
+            # `is` twice, not `in` a tuple of classes: twice as fast per leaf here.
+            cls = type(value)
+            if cls is _Parameter or cls is _Tensor:
+                values.append(value)
+                continue
+            if cls is TensorDict or cls is OldValues:
+                child = value._tensordict
+            elif cls is dict:
+                # A dotted name ("a.b") below the root needs no check here: the signature
+                # holds it as it is, and a plan is built from the generic walk's keys (which
+                # split it), in the same order as these values.
+                child = value
+            else:
                 return False
-        elif cls is dict:
-            # A dotted name ("a.b") below the root needs no check here: the signature
-            # holds it as it is, and a plan is built from the generic walk's keys (which
-            # split it), in the same order as these values.
             shape.append(name)
-            if not _walk_exact(value, values, shape):
-                return False
+            shape += child
+            shape.append(_END_NAMES)
+            pending.append(iter(child.items()))
+            break  # into the child; its parent's iterator goes on where it stopped
         else:
-            return False
-    shape.append(_END_NODE)
+            shape.append(_END_NODE)
+            pending.pop()
     return True
 
 

@@ -2,7 +2,7 @@
 
 ``resolve`` is the one place a swap asks whether Dynamo is tracing (``plan.traced`` tells
 the steps after it). In eager the plan comes from a cache, per module and per key structure
-(``plan_for``), checked before each reuse (``Staleness``) and rebuilt if the module changed.
+(``_cached_plan``), checked before each reuse (``Staleness``) and rebuilt if the module changed.
 While tracing it is decided at trace time through a Route (``traced.py``), or built in the
 trace (the generic path: ``build``, whose errors are the eager ones). The plan itself (each
 key to its slot) is ``types.Plan``; ``build.py`` makes it.
@@ -61,7 +61,7 @@ def resolve(
         leaves = flatten_generic(params, api)
         return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict), leaves
     leaves = flatten_eager(params, api)
-    return plan_for(module, leaves, api, tie_weights=tie_weights, strict=strict), leaves
+    return _cached_plan(module, leaves, api, tie_weights, strict), leaves
 
 
 class CachedPlan(NamedTuple):
@@ -99,8 +99,8 @@ def forget(module: nn.Module) -> None:
     _CACHE.pop(id(module), None)
 
 
-def plan_for(
-    module: nn.Module, leaves: Leaves, api: str, *, tie_weights: bool, strict: bool
+def _cached_plan(
+    module: nn.Module, leaves: Leaves, api: str, tie_weights: bool, strict: bool
 ) -> Plan:
     """The cached plan of ``leaves`` in ``module``, rebuilt if stale (eager only)."""
     signature = (leaves.signature, tie_weights, strict)

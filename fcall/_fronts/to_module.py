@@ -201,28 +201,55 @@ def _to_module(
             reregister_as_given(undone.plan, module, plan.names[: plan.given])
             if not return_swap:
                 return None
-            out: TensorDictBase | None = old_tensordict(plan, leaves, current[: undone.plan.given])
-            _attach_redo(out, undone, current)  # `with`: on exit, the swap is back in
-            return out
+            redo = old_tensordict(plan, leaves, current[: undone.plan.given])
+            _attach_redo(redo, undone, current)  # `with`: on exit, the swap is back in
+            return redo
     swap = prepare(module, plan, leaves, mode, api, non_blocking)
     if swap.sharded is None:  # tensordict's order and hooks (FSDP2 copies into shards)
         swap.reorder_in = module
-    # swap_dest is written first: a failure there leaves the module untouched
     old = swap.old[: plan.given]
-    out = _old_values(plan, leaves, old, swap_dest) if return_swap else None
+    out: TensorDictBase | None = None
+    if return_swap and swap_dest is None:
+        out = old_tensordict(plan, leaves, old)
+    elif return_swap and swap_dest is not None:  # written first: a failure there leaves
+        for key, value in zip(leaves.keys, old):  # the module as it is
+            swap_dest[key] = value
+        out = swap_dest
     commit(swap)
-    if out is not None:  # OldValues or swap_dest
-        _attach(out, swap, module)
+    if out is not None:  # `with out:` restores the swap on exit
+        _record(out, OP_NAME, (swap, module))
+        out.__dict__[RECORD] = (swap, module)  # what _exact_inverse reads while tracing
     return out
 
 
 def _exact_inverse(params: Params, module: nn.Module, plan: Plan, leaves: Leaves) -> Swap | None:
-    """The swap that ``params`` (in ``plan``) exactly undoes, or ``None``: ``params`` holds
-    the very objects that swap took out, under the same names. Position first; by name
-    when the order differs (a ``swap_dest`` groups each submodule's buffers with its
-    parameters, where a flat dict listed every parameter first)."""
-    undone = _undone_by(params, module, plan.traced)
-    if undone is None:
+    """The swap that ``to_module(params, module)`` exactly undoes, if any.
+
+    ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned (or filled as
+    ``swap_dest``), not yet restored, and still holding the very objects it was returned
+    with, under the same names: position first; by name when the order differs (a
+    ``swap_dest`` groups each submodule's buffers with its parameters, where a flat dict
+    listed every parameter first). Restoring through the record puts every name back in its
+    dict and in its place, which a generic swap cannot do for a parameter that a
+    ``preserve_module_state=False`` swap had turned into a plain attribute.
+
+    Traced, ``_last_op`` is never read. On a TensorDict that comes into the compiled
+    function, that read makes Dynamo guard that ``_last_op`` stays out of the object's
+    ``__dict__`` (TensorDictBase has a class-level ``None``), and tensordict's
+    ``clear_refs_for_compile_()`` breaks the guard by writing ``_last_op = None`` there: one
+    recompile, in every TorchRL loss (it calls it after each step). fcall's own key
+    ``RECORD`` is read instead, from exact TensorDicts (and ``OldValues``) only: nothing but
+    fcall writes it, so its guard holds, and a TensorDictParams is not asked at all.
+    """
+    if plan.traced:
+        record = params.__dict__.get(RECORD) if isinstance(params, TensorDict) else None
+    else:
+        last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
+        record = last_op[1][0] if last_op and last_op[0] == OP_NAME else None
+    if record is None:
+        return None
+    undone, owner = record
+    if owner is not module or undone.done or undone.mode not in (PRESERVE, REPLACE):
         return None
     old, values = undone.old[: undone.plan.given], leaves.values
     if len(old) != len(values):
@@ -234,16 +261,6 @@ def _exact_inverse(params: Params, module: nn.Module, plan: Plan, leaves: Leaves
         if taken.get(name, GONE) is not value:
             return None  # the TensorDict was changed since: a plain swap of what it holds
     return undone
-
-
-def _old_values(
-    plan: Plan, leaves: Leaves, old: list[Any], swap_dest: TensorDictBase | None
-) -> TensorDictBase:
-    if swap_dest is None:
-        return old_tensordict(plan, leaves, old)
-    for key, value in zip(leaves.keys, old):
-        swap_dest[key] = value
-    return swap_dest
 
 
 def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:
@@ -260,7 +277,7 @@ def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: s
 
 OP_NAME = "_fcall_to_module"  # the record of a swap: restored on exit
 REDO_OP_NAME = "_fcall_to_module_redo"  # the record of an exact undo: the swap back on exit
-RECORD = "_fcall_swap"  # (swap, module) of the swap a TensorDict undoes, see _undone_by
+RECORD = "_fcall_swap"  # (swap, module) of the swap a TensorDict undoes, see _exact_inverse
 
 
 def _restore_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
@@ -273,49 +290,12 @@ def _reapply_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
     reapply(swap, current)
 
 
-def _undone_by(params: Any, module: Any, traced: bool = False) -> Swap | None:
-    """The swap that ``to_module(params, module)`` exactly undoes, if any.
-
-    ``params`` is the TensorDict an earlier ``to_module(p, module)`` returned (or
-    filled as ``swap_dest``), not yet restored, and still holding the very objects it
-    was returned with. Restoring through the record puts every name back in its dict
-    and in its place, which a generic swap cannot do for a parameter that a
-    ``preserve_module_state=False`` swap had turned into a plain attribute.
-
-    ``traced`` (Dynamo is tracing): ``_last_op`` is never read. On a TensorDict that
-    comes into the compiled function, that read makes Dynamo guard that ``_last_op``
-    stays out of the object's ``__dict__`` (TensorDictBase has a class-level ``None``),
-    and tensordict's ``clear_refs_for_compile_()`` breaks the guard by writing
-    ``_last_op = None`` there: one recompile, in every TorchRL loss (it calls it after
-    each step). fcall's own key ``RECORD`` is read instead, from exact TensorDicts
-    (and ``OldValues``) only: nothing but fcall writes it, so its guard holds, and a
-    TensorDictParams is not asked at all.
-    """
-    if traced:
-        record = params.__dict__.get(RECORD) if isinstance(params, TensorDict) else None
-    else:
-        last_op = getattr(params, "_last_op", None) if isinstance(params, TensorDictBase) else None
-        record = last_op[1][0] if last_op and last_op[0] == OP_NAME else None
-    if record is None:
-        return None
-    swap, owner = record
-    if owner is not module or swap.done or swap.mode not in (PRESERVE, REPLACE):
-        return None
-    return swap
-
-
 def _no_previous() -> None:
     return None
 
 
 def _keep_refs() -> None:
     return None
-
-
-def _attach(out: Any, swap: Swap, module: Any) -> None:
-    """``out`` restores ``swap`` on exit of a ``with`` block."""
-    _record(out, OP_NAME, (swap, module))
-    out.__dict__[RECORD] = (swap, module)  # what _undone_by reads while tracing
 
 
 def _attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:
