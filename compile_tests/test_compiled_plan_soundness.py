@@ -1,4 +1,4 @@
-"""A compiled swap whose plan was decided outside the trace (``fcall/_traced.py``) is sound:
+"""A compiled swap whose plan was decided outside the trace (``fcall/_core/traced.py``) is sound:
 after a first compile, a change of the module's or the params' structure recompiles (or
 raises the eager error) and then gives eager's result, never a stale one (issue 35).
 

@@ -266,7 +266,7 @@ def test_a_slot_deleted_in_a_compiled_block_is_restored(counter, api, name):
     fn = torch.compile(f, backend=cnt, fullgraph=True)
     objects = {key: value for key, value in fcall.from_module(m).items()}
     # The trace reads no tensor of the module (its plan is decided outside the trace,
-    # fcall/_traced.py) and guards the names in each swapped dict, not their order: the
+    # fcall/_core/traced.py) and guards the names in each swapped dict, not their order: the
     # deleted name, back at the end of its dict, recompiles nothing (torch.func's compiled
     # function, which walks the module's tensors, recompiles once).
     for call in range(3):

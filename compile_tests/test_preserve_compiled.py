@@ -128,7 +128,7 @@ def test_each_parameter_is_made_before_the_modules_dicts_are_read(counter, monke
     # Dynamo's nn.Parameter(graph_input) scans every guard made so far
     # (remove_guards_with_source): made after the module's dicts and the values are read,
     # N Parameters cost N times that whole guard set (a first compile 7x the model's at
-    # 1,000 leaves). The traced front makes them first (fcall/_traced.py): the guard set
+    # 1,000 leaves). The traced front makes them first (fcall/_core/traced.py): the guard set
     # does not grow while they are made.
     from torch._guards import GuardsSet
 

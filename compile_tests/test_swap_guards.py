@@ -56,7 +56,7 @@ def to_module_and_call(m, p, x):
 
 # The module's own tensors are not read in the trace: to_module (tensordict's, which writes
 # the keys it is given), tie_weights=False, and tie_weights=True too, whose ties are found
-# outside the trace (fcall/_traced.py):
+# outside the trace (fcall/_core/traced.py):
 # test_tie_weights_reads_none_of_the_modules_tensors_where_torch_func_guards_them.
 UNWALKED = [swap_untied, to_module_and_call]
 
@@ -90,7 +90,7 @@ def test_the_modules_own_tensors_are_not_guarded(counter, api):
 
 @pytest.mark.parametrize("api", APIS, ids=lambda f: f.__name__)
 def test_tie_weights_reads_none_of_the_modules_tensors_where_torch_func_guards_them(counter, api):
-    # fcall finds the ties outside the trace (fcall/_traced.py): a requires_grad flip of
+    # fcall finds the ties outside the trace (fcall/_core/traced.py): a requires_grad flip of
     # the module's own parameters recompiles torch.func's compiled function, not fcall's
     ours, peer = (nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2)) for _ in range(2))
     frames = []

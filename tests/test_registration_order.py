@@ -1,7 +1,7 @@
 """``fcall.to_module`` leaves each dict of the module in the order tensordict's leaves it,
 and runs torch's global parameter registration hooks as tensordict's does: each name it
 writes (and each name its restore writes back) is registered again, at the end of its
-dict (``fcall/_registration.py``). ``fcall.swap`` keeps the order and runs no hook, as
+dict (``fcall/_core/registration.py``). ``fcall.swap`` keeps the order and runs no hook, as
 ``torch.func.functional_call`` does. Every case runs with tensordict and compares."""
 
 from __future__ import annotations

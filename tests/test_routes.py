@@ -1,4 +1,4 @@
-"""A Route (``fcall/_routes.py``) puts every value where the one builder's plan does, or
+"""A Route (``fcall/_core/routes.py``) puts every value where the one builder's plan does, or
 declines, and then the generic path decides (and raises).
 
 A Route is built at trace time from the real module, and its reads and writes go through

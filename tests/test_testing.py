@@ -239,7 +239,7 @@ def test_a_missing_key_fails_naming_the_key() -> None:
     del given_sets[1]["b", "bias"]
     err = raised(check_swap_parity, model, given_sets, X, backends=["eager"])
     assert "  changed from param set 0: 1 key missing from the new set, `b.bias`\n" in str(err)
-    # the failing guard is the traced front's read of the node's keys (fcall/_traced.py)
+    # the failing guard is the traced front's read of the node's keys (fcall/_core/traced.py)
     assert "  Dynamo's reason: len(`b`) == 2 " in str(err)
 
 

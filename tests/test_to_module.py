@@ -491,7 +491,7 @@ def test_use_state_dict_hook_renames_a_legacy_key():
 
 
 def test_values_that_all_require_grad_go_in_as_they_are_and_none_is_kept():
-    # _slot_values.parameters_track_gradients: one pass over the parameter values; a None
+    # slot_values.parameters_track_gradients: one pass over the parameter values; a None
     # value (a slot such as bias=None) sends the swap to the per-leaf loop
     m = nn.Linear(2, 2)
     m.register_parameter("extra", None)

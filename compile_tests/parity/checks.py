@@ -319,7 +319,7 @@ def check_bad_input(spec, kind: str, api: str, backend: str, impl: Any = fcall) 
 
 def tied(spec) -> bool:
     """Whether the generated module has tied names (its tie marks then make a compiled
-    function look its ties up per instance, fcall/_ties.py)."""
+    function look its ties up per instance, fcall/_core/ties.py)."""
     return bool(spec["tie"] or spec.get("tie_later") or spec.get("shared"))
 
 

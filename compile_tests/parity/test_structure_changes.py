@@ -1,6 +1,6 @@
 """Structure changed between compiled calls: the compiled swap gives eager's outcome.
 
-A compiled swap's plan is decided outside the trace (``fcall/_traced.py``) and kept sound
+A compiled swap's plan is decided outside the trace (``fcall/_core/traced.py``) and kept sound
 by the guards of the trace's own reads. Hypothesis draws a model, a params container, an
 API and a sequence of structural changes; after each change the compiled call must give
 what the same call gives in eager (its result, or its exception), and leave the module as

@@ -23,8 +23,17 @@ from .types import Entry, Key, Plan, SlotKind, new_entry
 PARAMETER = SlotKind.PARAMETER
 
 
-def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, strict: bool) -> Plan:
-    """The plan of ``keys`` (the key tuples of a flattened container) for ``module``."""
+def build(
+    module: nn.Module,
+    keys: list[Key],
+    api: str,
+    *,
+    tie_weights: bool,
+    strict: bool,
+    traced: bool = False,
+) -> Plan:
+    """The plan of ``keys`` (the key tuples of a flattened container) for ``module``;
+    ``traced``: built in Dynamo's trace (the generic path), never cached."""
     root, prefixes = unwrap_for_keys(module)
     if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
         raise RuntimeError(_errors.scripted_module(api, root))
@@ -39,8 +48,8 @@ def build(module: nn.Module, keys: list[Key], api: str, *, tie_weights: bool, st
     if len(set(plan.names)) != plan.given:
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
-    complete(plan, root, api, tie_weights=tie_weights, strict=strict, nodes=nodes)
-    return plan.finish(cached=not torch.compiler.is_compiling())
+    complete(plan, root, api, tie_weights=tie_weights, strict=strict, traced=traced, nodes=nodes)
+    return plan.finish(cached=not traced)
 
 
 def _add_key(
@@ -66,12 +75,13 @@ def complete(
     *,
     tie_weights: bool,
     strict: bool,
+    traced: bool,
     nodes: dict | None = None,
 ) -> None:
     """Add the tied aliases of the given entries (``nodes``: ``build``'s, by dotted
     prefix), and check ``strict``."""
     if not (tie_weights or strict):
-        if torch.compiler.is_compiling():  # finish() must find a slot two entries name
+        if traced:  # finish() must find a slot two entries name
             plan.may_repeat_slots = has_shared_submodule(root, set())
         return
     names, tied = names_and_ties(all_named_tensors(root))

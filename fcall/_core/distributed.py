@@ -32,6 +32,7 @@ therefore refused when ``module`` is the DDP wrapper; swapping into
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 import torch
@@ -58,12 +59,14 @@ def prepare(
     mode: Mode,
     api: str,
     non_blocking: bool,
-    held: list[Any],
+    read_slots: Callable[[Plan], list[Any]],
 ) -> Swap | None:
-    """A ``SHARDED`` swap for an FSDP2 tree (``held``: what its slots hold), a check for
-    DDP, else ``None`` (a plain swap)."""
+    """A ``SHARDED`` swap for an FSDP2 tree, a check for DDP, else ``None`` (a plain swap).
+    ``read_slots``: ``plan.read_slots``, called once the tree is resharded (before, the slots
+    hold the unsharded parameters, whose storage FSDP frees)."""
     if plan.distributed is Distributed.FSDP:
-        return _prepare_sharded(unwrap(module)[0], plan, leaves, mode, api, non_blocking, held)
+        root = unwrap(module)[0]
+        return _prepare_sharded(root, plan, leaves, mode, api, non_blocking, read_slots)
     if plan.distributed is Distributed.DDP and mode is not INPLACE:
         _refuse_grad_through_ddp(plan, leaves, api)
     return None
@@ -125,10 +128,11 @@ def _prepare_sharded(
     mode: Mode,
     api: str,
     non_blocking: bool,
-    held: list[Any],
+    read_slots: Callable[[Plan], list[Any]],
 ) -> Swap:
     modules = fsdp_modules(root)
     reshard(modules)
+    held = read_slots(plan)
     swap = Swap(plan, Mode.SHARDED, leaves, non_blocking)
     swap.sharded = Sharded(modules, [])
     root_name = type(root).__name__

@@ -67,8 +67,7 @@ def prepare(
     if plan.distributed is None:  # FSDP2, DDP or neither: decided on the plan's first use
         plan.distributed = distributed.classified(module, plan)
     if plan.distributed is not NONE:
-        held = read_slots(plan)
-        sharded = distributed.prepare(module, plan, leaves, mode, api, non_blocking, held)
+        sharded = distributed.prepare(module, plan, leaves, mode, api, non_blocking, read_slots)
         if sharded is not None:
             return sharded
     swap = Swap(plan, mode, leaves, non_blocking)

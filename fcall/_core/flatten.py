@@ -188,9 +188,9 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
 def _walk(params: Any, leaves: Leaves, holders: list[Holder] | None) -> Leaves:
     leaves._keys = []
     if isinstance(params, TensorDictBase):
-        _walk_tensordict(wrapped(params), (), leaves, holders)
+        _walk_node(wrapped(params), (), leaves, holders)
     elif isinstance(params, dict):
-        _walk_dict(params, (), leaves, holders)
+        _walk_node(params, (), leaves, holders)
     else:
         raise TypeError(_errors.bad_params(leaves.api, params))
     return leaves
@@ -214,41 +214,26 @@ def items_of(td: TensorDictBase) -> Any:
     return td._tensordict.items() if isinstance(td, TensorDict) else td.items()
 
 
-def _walk_tensordict(
-    td: TensorDictBase, prefix: Key, leaves: Leaves, holders: list[Holder] | None
-) -> None:
+def _walk_node(node: Any, prefix: Key, leaves: Leaves, holders: list[Holder] | None) -> None:
+    """The generic walk of one node, a TensorDict or a dict (whose names may be dotted, or
+    tuples of names), then of its children; eager and traced alike."""
     # Once per node, not per leaf. Not typing.cast: Dynamo constant-folds a cast of a list
     # of constants into a copy, and the keys would be appended to that copy.
     assert leaves._keys is not None  # _walk set it
-    for name, value in items_of(td):
-        key = (*prefix, name)
+    is_dict = isinstance(node, dict)
+    for name, value in node.items() if is_dict else items_of(node):
+        key = (*prefix, *_split(name)) if is_dict else (*prefix, name)
         if value is None or isinstance(value, torch.Tensor):
             leaves._keys.append(key)
             leaves.values.append(value)
             if holders is not None:
-                holders.append((td, name))
-        elif isinstance(value, TensorDictBase):
-            inner = value if isinstance(value, TensorDict) else wrapped(value)
-            _walk_tensordict(inner, key, leaves, holders)
-        else:
-            raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
-
-
-def _walk_dict(tree: dict, prefix: Key, leaves: Leaves, holders: list[Holder] | None) -> None:
-    # Once per node, not per leaf. Not typing.cast: Dynamo constant-folds a cast of a list
-    # of constants into a copy, and the keys would be appended to that copy.
-    assert leaves._keys is not None  # _walk set it
-    for name, value in tree.items():
-        key = (*prefix, *_split(name))
-        if value is None or isinstance(value, torch.Tensor):
-            leaves._keys.append(key)
-            leaves.values.append(value)
-            if holders is not None:
-                holders.append((tree, name))
+                holders.append((node, name))
         elif isinstance(value, dict):
-            _walk_dict(value, key, leaves, holders)
+            _walk_node(value, key, leaves, holders)
         elif isinstance(value, TensorDictBase):
-            _walk_tensordict(wrapped(value), key, leaves, holders)
+            _walk_node(
+                value if isinstance(value, TensorDict) else wrapped(value), key, leaves, holders
+            )
         else:
             raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
 
@@ -327,6 +312,11 @@ class _Unbuilt(NamedTuple):
     signature: Any  # that of the params whose keys they have; None: not known
 
 
+# Traced, calling the NamedTuple class runs Dynamo's polyfill of class instantiation, which
+# reads the old values into guarded graph inputs; `tuple.__new__` does not (types.new_entry).
+_new_unbuilt = tuple.__new__
+
+
 class OldValues(TensorDict):
     """The TensorDict of old values that ``to_module`` and ``swap`` return in eager.
 
@@ -392,11 +382,11 @@ def old_tensordict(plan: Plan, leaves: Leaves, old: list[Any]) -> OldValues:
     ``leaves.signature`` comes along, so that swapping them back in finds the cached plan
     without building the nodes (``flatten_eager``)."""
     if plan.names_are_keys:
-        unbuilt = _Unbuilt(None, plan.names[: plan.given], old, None)
+        unbuilt = _new_unbuilt(_Unbuilt, (None, plan.names[: plan.given], old, None))
     else:
         if plan.layout is None:
             plan.layout = layout_of(leaves.keys)
-        unbuilt = _Unbuilt(plan.layout, None, old, leaves.signature)
+        unbuilt = _new_unbuilt(_Unbuilt, (plan.layout, None, old, leaves.signature))
     root = object.__new__(OldValues)
     attributes = root.__dict__
     attributes["_device"] = None

@@ -59,7 +59,8 @@ def resolve(
         if routed is not None:
             return routed
         leaves = flatten_generic(params, api)
-        return build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict), leaves
+        plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict, traced=True)
+        return plan, leaves
     leaves = flatten_eager(params, api)
     return _cached_plan(module, leaves, api, tie_weights, strict), leaves
 
