@@ -107,43 +107,43 @@ class Plan:
     )
 
     def __init__(self) -> None:
+        # --- the key -> slot mapping (build.py, or traced._plan for a Route) ---
         self.entries: list[Entry] = []  # given keys first, then tied aliases
         self.given = 0  # how many entries come from params keys
         self.names: list[str] = []  # dotted module name of each entry
+        self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
+        self.has_attributes = False  # some entry is a plain tensor attribute
+        self.rnns: list[weakref.ref[nn.RNNBase]] = []  # RNN owners: _flat_weights reset
+        self.names_are_keys = False  # a Route's: no prefix was stripped, names are keys
+        self.traced = False  # built while Dynamo traces: nothing after resolve asks again
+        # --- what the build read, for the cache's Staleness (plan.py) ---
         self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
         self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
         self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
-        self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
-        # Derived once by finish(), for the hot loops:
+        # --- derived once by finish(), for the hot loops ---
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         self.slots: list[dict] = []  # the slot of each entry: where each value goes
         self.slot_names: list[str] = []  # the name of each entry in its slot
-        # leaf indexes of the parameter entries; None: every entry is a parameter
-        self.parameter_leaves: list[int] | None = None
-        self.buffer_leaves: list[int] = []  # leaf indexes of the buffer entries
+        self.direct = True  # entry i takes leaf i: no tied aliases, no repeated slot
         # entry index -> the earlier entry that names its slot too (a submodule at two
         # paths): it takes that one's value, and is never written back into params
         self.repeated: dict[int, int] = {}
-        # traced: the build found a tensor under two names, so finish() looks for
-        # a slot that two entries name (id(slot): a guard on the dict); eager: always
+        # eager, for slot_values' bulk conversion: the leaf indexes of the parameter
+        # entries (None: every entry is a parameter's) and of the buffer entries
+        self.parameter_leaves: list[int] | None = None
+        self.buffer_leaves: list[int] = []
+        # --- tracing only (traced.py; registration.py groups on the generic path) ---
+        # the build found a tensor under two names, so finish() looks for a slot that two
+        # entries name (id(slot): a guard on the dict); eager: always looked for
         self.may_repeat_slots = False
-        self.direct = True  # entry i takes leaf i: no tied aliases
-        self.has_attributes = False  # some entry is a plain tensor attribute
-        # RNN owners, whose _flat_weights need a reset
-        self.rnns: list[weakref.ref[nn.RNNBase]] = []
-        self.layout: Any = None  # the old-values TensorDict layout, made on first use
-        # traced to_module (PRESERVE): what each leaf goes in as (a plain value bound for a
-        # parameter slot: its Parameter), made by the traced front (fcall/_traced.py)
-        # before the module's dicts are read
+        self.owners: list[nn.Module] | None = None  # a Route's: each entry's owner module
+        # to_module (PRESERVE): what each leaf goes in as, made before the dicts are read
         self.preserved: list[Any] | None = None
-        self.distributed: Distributed | None = None  # classified on first use (distributed.py)
-        # traced to_module: the names written into each dict whose order they change
-        # (fcall/_registration.py; a Route's, or grouped on first use)
+        # to_module: the names written into each dict whose order they change
         self.dict_groups: list[tuple[dict, list[str]]] | None = None
-        self.names_are_keys = False  # built by fcall/_build.py: no prefix was stripped
-        # a Route's plan whose entries hold no owner __dict__: each entry's owner module
-        self.owners: list[nn.Module] | None = None
-        self.traced = False  # built while Dynamo traces (fcall/_traced.py, or build traced)
+        # --- made on first use, kept with the plan ---
+        self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
+        self.distributed: Distributed | None = None  # FSDP2, DDP or neither (engine.prepare)
 
     def finish(self, cached: bool = True) -> Plan:
         """Derive what the hot loops read (a plan built under Dynamo, ``cached=False``, is
