@@ -21,7 +21,7 @@ tensordict 0.15.3's.
 * ``validate_value``: ``TensorDictBase._validate_value`` takes the key (for its error
   message) in 0.15, not in 0.14.
 * ``comptime``, ``dynamo_variable``, ``has_pending_mutations``, ``inside_higher_order_op``,
-  ``tensor_facts``: the Dynamo internals the traced front (``fcall/_traced.py``) reads at
+  ``tensor_facts``: the Dynamo internals the traced front (``fcall/_core/traced.py``) reads at
   trace time, the same in torch 2.13-2.15: ``torch._dynamo.comptime``, a ``ComptimeVar``'s
   VariableTracker, its real ``value`` or a traced tensor's type and ``requires_grad``, the
   side-effect tracker's pending mutations of objects that existed before the trace, and

@@ -446,7 +446,7 @@ def test_swap_keeps_a_parameter_for_a_buffer_as_it_is_like_torch_func():
         assert m._buffers["running_mean"] is value
 
 
-# --- 2. ties seen with no hook and no mark (fcall/_core/plan.py, TieWatch) ----------------------------------
+# --- 2. ties seen with no hook and no mark (fcall/_core/plan.py, TieWatch) ------------------------
 
 
 def _tie_seen(m: nn.Module) -> bool:

@@ -174,7 +174,7 @@ def _against(request: pytest.FixtureRequest) -> Iterator[str]:
         yield against
         return
     import fcall
-    import fcall._route as route_module
+    import fcall._fronts.behind_tensordict as route_module
 
     # Count the calls the route hands to fcall (the route looks these names up at call time).
     mp = pytest.MonkeyPatch()

@@ -37,7 +37,7 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
         # (cheaper than finding out whether it changes the order)
         for slot, name in plan.pairs:
             slot[name] = slot.pop(name)
-    elif targets is None:  # traced: the Route grouped the names to move (fcall/_routes.py)
+    elif targets is None:  # traced: the Route grouped the names to move (fcall/_core/routes.py)
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
         for slot, names in plan.dict_groups:

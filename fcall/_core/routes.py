@@ -1,11 +1,11 @@
 """Routes: a swap's plan as names and indexes, built in eager from the one builder's plan.
 
-A ``Route`` is what a traced swap (``fcall/_traced.py``) needs of a plan and nothing of the
+A ``Route`` is what a traced swap (``fcall/_core/traced.py``) needs of a plan and nothing of the
 instance it was built on: which owner modules to reach from the root (``Levels``), which of
 their dicts each value goes into, under which name, and where each value is in the params.
 It is built at trace time from the real module and keys: ``route_of_dict`` for a dict (whose
 structure the trace read), ``route_of_tensordict`` for a TensorDict (read here). ``None``
-when the swap needs more than a Route says (see ``fcall/_traced.py``).
+when the swap needs more than a Route says (see ``fcall/_core/traced.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class Levels(NamedTuple):
 
 class Preserve(NamedTuple):
     """``to_module``'s ``PRESERVE`` rule for a Route's entries, decided on the real values
-    and old tensors (``fcall/_slot_values.py``'s rule)."""
+    and old tensors (``fcall/_core/slot_values.py``'s rule)."""
 
     wrap: tuple[int, ...]
     """The entries whose value becomes a Parameter with its old tensor's ``requires_grad``..."""
@@ -83,7 +83,7 @@ class Route(NamedTuple):
     """Per leaf, its name in that node."""
     group_slots: tuple[int, ...]
     """``to_module``: the dicts whose names written are not already last in them, in order
-    (tensordict's registration order moves them, fcall/_registration.py)..."""
+    (tensordict's registration order moves them, fcall/_core/registration.py)..."""
     group_names: tuple[tuple[str, ...], ...]
     """... and those names, in order."""
     preserve: Preserve | None

@@ -7,7 +7,7 @@ Parameter whose ``requires_grad`` is not the slot's, too), keeps one that tracks
 is (a new Parameter would cut them off), and registers a Parameter given for a buffer as a buffer
 (``nn.Buffer``). One rule, in three shapes: ``preserved`` for an eager plan whose entry i takes
 leaf i (with a bulk path in C loops for the common case), ``_registered_per_entry`` for tied
-aliases and for the generic traced path; the traced front (``fcall/_traced.py``) applies the
+aliases and for the generic traced path; the traced front (``fcall/_core/traced.py``) applies the
 rule a Route decided on the real values.
 """
 
@@ -116,7 +116,7 @@ def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
 def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
-    if plan.preserved is not None:  # traced: the Route made them (fcall/_traced.py)
+    if plan.preserved is not None:  # traced: the Route made them (fcall/_core/traced.py)
         if plan.direct:
             return plan.preserved
         return [plan.preserved[entry.leaf] for entry in plan.entries]

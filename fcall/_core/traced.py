@@ -109,7 +109,7 @@ def resolve(
 
 
 def _parameters_made(route: Route, values: list) -> list:
-    """``to_module``'s ``PRESERVE`` rule (``fcall/_slot_values.py``), as the Route decided
+    """``to_module``'s ``PRESERVE`` rule (``fcall/_core/slot_values.py``), as the Route decided
     it on the real values (``Preserve``): each value bound to become a Parameter is made
     one, with its old tensor's ``requires_grad``, in one ``map`` that reads each value
     just before making its Parameter, and before the module's dicts are read. Dynamo's
