@@ -81,6 +81,13 @@ def register_exit_op(name: str, inverse: Callable[[Any, tuple, dict, Any], Any])
         _td_base._UNDO_ON_ERROR_OPS = frozenset(_td_base._UNDO_ON_ERROR_OPS | {name})
 
 
+def no_previous() -> None:
+    """The ``ref`` of an fcall op's ``_last_op = (name, (args, kwargs, ref))``: tensordict's
+    ``__exit__`` calls it for the previous value, which fcall's exit ops do not take
+    (``flatten.OldValues.__exit__`` skips the call)."""
+    return None
+
+
 def dynamo_variable(ctx: Any, name: str) -> Any:
     """At trace time (a ``comptime`` callback): the real object behind the caller's local
     ``name``, or ``None`` if Dynamo has none (an object made in the trace)."""

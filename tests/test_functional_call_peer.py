@@ -39,6 +39,18 @@ class CountsParameters(nn.Module):
         return x * len(list(self.parameters()))
 
 
+class Reassigns(nn.Module):
+    """``forward`` reassigns its buffer (torch.func writes the new value back into params)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("count", torch.zeros(()))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.count = self.count + 1
+        return x * getattr(self, "extra", 1.0)
+
+
 # --- 1. unknown keys ------------------------------------------------------------------------
 
 
@@ -118,20 +130,27 @@ def test_unknown_keys_raise_asks_for_fcalls_key_error():
 
 
 def test_a_key_written_back_by_forward_reaches_the_callers_dict():
-    class Reassigns(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.register_buffer("count", torch.zeros(()))
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            self.count = self.count + 1
-            return x * self.extra
-
     for call in CALLS.values():
         m = Reassigns()
         params = {"count": torch.zeros(()), "extra": torch.tensor(2.0)}
         call(m, params, (torch.ones(1),))
         assert params["count"].item() == 1.0 and m.count.item() == 0.0
+
+
+@pytest.mark.parametrize("container", ["nested-dict", "TensorDict"])
+@pytest.mark.parametrize("extra", [False, True], ids=["known-keys", "with-an-extra-key"])
+def test_a_key_written_back_by_forward_reaches_a_nested_container(container, extra):
+    """fcall's nested containers (torch.func takes flat dicts only) get the reassigned value
+    whether or not some key is an attribute for the call: one write-back serves both."""
+    from tensordict import TensorDict
+
+    m = nn.Sequential(Reassigns())
+    inner = {"count": torch.zeros(())} | ({"extra": torch.tensor(2.0)} if extra else {})
+    params = {"0": inner} if container == "nested-dict" else TensorDict({"0": inner})
+    out = fcall.functional_call(m, params, (torch.ones(1),))
+    assert out.item() == (2.0 if extra else 1.0)
+    assert params["0"]["count"].item() == 1.0 and m[0].count.item() == 0.0
+    assert not hasattr(m[0], "extra")
 
 
 # --- 2. a module with a reference cycle ------------------------------------------------------

@@ -28,7 +28,7 @@ from .. import _errors
 from . import distributed
 from .flatten import Leaves
 from .plan import forget, read_slots, resolve
-from .registration import reregister, reregister_restored, run_hooks
+from .registration import move_to_end, reregister, reregister_restored, run_hooks
 from .slot_values import preserved, registered_values
 from .types import GONE, Distributed, Entry, Mode, Plan, SlotKind, StalePlan, Swap, attributes_of
 
@@ -188,9 +188,7 @@ def restore(swap: Swap) -> list[Any]:
             current[index] = current[first]
         changed = swap.targets is not None or any(a is not b for a, b in zip(current, swap.new))
     for slot, order in swap.orders:  # a value that left a dict comes back in its place
-        for key in order:
-            if key in slot:
-                slot[key] = slot.pop(key)
+        move_to_end(slot, [key for key in order if key in slot])
     for rnn in plan.rnns:
         # arg-type: a dead reference (the RNN dropped during the swap) fails here, as always.
         # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.
@@ -274,14 +272,27 @@ def _reset_rnn_flat_weights(rnn: nn.RNNBase) -> None:
 
 def _write_back(swap: Swap, current: list[Any]) -> None:
     """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
-    holders = None
     repeated = swap.plan.repeated  # their slot is an earlier entry's
-    for i in range(swap.plan.given):
-        if current[i] is not swap.new[i] and current[i] is not GONE and i not in repeated:
-            if holders is None:
-                holders = swap.leaves.holders()
-            container, key = holders[swap.plan.entries[i].leaf]
-            container[key] = current[i]
+    entries = swap.plan.entries
+    write_back(
+        swap.leaves,
+        [
+            (entries[i].leaf, current[i])
+            for i in range(swap.plan.given)
+            if current[i] is not swap.new[i] and current[i] is not GONE and i not in repeated
+        ],
+    )
+
+
+def write_back(leaves: Leaves, changed: list[tuple[int, Any]]) -> None:
+    """The one write-back into a params container: each ``(leaf index, value)`` of
+    ``changed`` where that leaf of ``leaves`` lives (``Leaves.holders``)."""
+    if not changed:
+        return
+    holders = leaves.holders()
+    for leaf, value in changed:
+        container, key = holders[leaf]
+        container[key] = value
 
 
 def _targets(plan: Plan, new: list, mode: Mode) -> list[dict] | None:

@@ -364,8 +364,8 @@ class OldValues(TensorDict):
         # fcall's ops are undone on exit whether or not the block raised, as
         # TensorDict.__exit__ does for them (tensordict's own ops take its __exit__).
         cast("collections.deque[Any]", queue).pop()  # not None: last_op came from it
-        name, (args, kwargs, previous) = last_op
-        result = LAST_OP_MAPS[name](self, args, kwargs, previous())
+        name, (args, kwargs, _) = last_op  # fcall's ops take no previous value
+        result = LAST_OP_MAPS[name](self, args, kwargs, None)
         return False if exc_type is not None else result
 
 

@@ -29,23 +29,19 @@ def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: l
     hooks on each Parameter written; ``targets``: the dict each value went into, when
     some value changed dict; ``new``: what each slot received (a hook's result replaces
     its value there). An eager swap whose slots are each named once needs only the
-    hooks (``run_hooks``): its writes gave the order (``_engine._write``)."""
+    hooks (``run_hooks``): its writes gave the order (``engine._write``)."""
     order = range(len(plan.entries))
-    if targets is None and not plan.traced and not plan.repeated:
-        # Eager with no write that gave the order (in-place copies, or a restore that
-        # found a slot changed): tensordict's `del d[k]; d[k] = v`, name by name
-        # (cheaper than finding out whether it changes the order)
-        for slot, name in plan.pairs:
-            slot[name] = slot.pop(name)
-    elif targets is None:  # traced: the Route grouped the names to move (fcall/_core/routes.py)
+    if targets is None:
+        # In-place copies, a restore that found a slot changed, or traced (the Route
+        # grouped the names to move, fcall/_core/routes.py): the groups are the plan's
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
         for slot, names in plan.dict_groups:
             if names:
-                _move_to_end(slot, names)
+                move_to_end(slot, names)
     else:
         for slot, names in _groups(plan, order, targets):
-            _move_to_end(slot, names)
+            move_to_end(slot, names)
     run_hooks(plan, module, targets, order, new)
 
 
@@ -68,7 +64,7 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     index = {name: i for i, name in enumerate(plan.names)}
     order = [index[name] for name in given]
     for slot, names in _groups(plan, order, None):
-        _move_to_end(slot, names)
+        move_to_end(slot, names)
     run_hooks(plan, module, None, order, [])
 
 
@@ -94,7 +90,9 @@ def _groups(plan: Plan, order: Sequence[int], targets: list[dict] | None) -> lis
     return list(by_dict.values())
 
 
-def _move_to_end(slot: dict, names: list[str]) -> None:
+def move_to_end(slot: dict, names: list[str]) -> None:
+    """The one move: ``names`` last in ``slot``, in this order, as tensordict's
+    ``del d[name]; d[name] = value`` leaves them (the other names keep their order)."""
     # tuple(slot), not list(slot): traced, the list's items are the dict's (lazy) entries,
     # and comparing them reads the module's own tensors into guarded graph inputs
     keys = tuple(slot)

@@ -132,16 +132,17 @@ class Plan:
         # entries (None: every entry is a parameter's) and of the buffer entries
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []
-        # --- tracing only (traced.py; registration.py groups on the generic path) ---
+        # --- tracing only (traced.py) ---
         # the build found a tensor under two names, so finish() looks for a slot that two
         # entries name (id(slot): a guard on the dict); eager: always looked for
         self.may_repeat_slots = False
         self.owners: list[nn.Module] | None = None  # a Route's: each entry's owner module
         # to_module (PRESERVE): what each leaf goes in as, made before the dicts are read
         self.preserved: list[Any] | None = None
-        # to_module: the names written into each dict whose order they change
-        self.dict_groups: list[tuple[dict, list[str]]] | None = None
         # --- made on first use, kept with the plan ---
+        # to_module: the names written into each dict whose order they change
+        # (registration.py; traced, the Route's grouping)
+        self.dict_groups: list[tuple[dict, list[str]]] | None = None
         self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
         self.distributed: Distributed | None = None  # FSDP2, DDP or neither (engine.prepare)
 

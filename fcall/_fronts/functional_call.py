@@ -28,8 +28,8 @@ from tensordict import TensorDictBase
 from torch import nn
 
 from .. import _errors
-from .._core.engine import restore, swap_in
-from .._core.flatten import flatten
+from .._core.engine import restore, swap_in, write_back
+from .._core.flatten import Leaves, flatten
 from .._core.ties import all_named_tensors, names_and_ties
 from .._core.tree import owner_at, slot_of, strip, unwrap, unwrap_for_keys
 from .swap import Params
@@ -126,9 +126,10 @@ def _call_with_extras(
                 else:
                     setattr(extra.owner, extra.name, extra.old)
     finally:
-        before = dict(found.known)
+        before = list(found.known.values())
         restore(swapped)
-        _write_back(params, before, found.known)
+        changed = zip(found.leaf_of, before, found.known.values())
+        write_back(found.leaves, [(leaf, now) for leaf, old, now in changed if now is not old])
 
 
 def _check_stateless(module: Any, api: str) -> None:
@@ -197,7 +198,9 @@ class _Extra:
 class _Split:
     """``params`` split into what the swap takes (flat names) and the extras."""
 
+    leaves: Leaves  # of params
     known: dict[str, Any]
+    leaf_of: list[int]  # the leaf of each known key
     given: list[str]  # the module names of the known keys (wrapper prefixes stripped)
     extras: list[_Extra]
     unexpected: list[str]
@@ -208,20 +211,22 @@ def _split(params: Any, module: nn.Module, api: str) -> _Split:
     leaves = flatten(params, api)
     root, prefixes = unwrap_for_keys(module)
     known: dict[str, Any] = {}
+    leaf_of: list[int] = []
     given: list[str] = []
     extras: list[_Extra] = []
     unexpected: list[str] = []
-    for key, value in zip(leaves.keys, leaves.values):
+    for leaf, (key, value) in enumerate(zip(leaves.keys, leaves.values)):
         stripped = strip(root, key, prefixes)
         owner = owner_at(root, stripped[:-1])
         name = stripped[-1]
         if owner is not None and slot_of(owner, name) is not None:
             known[".".join(key)] = value
+            leaf_of.append(leaf)
             given.append(".".join(stripped))
             continue
         unexpected.append(".".join(stripped))
         extras.append(_Extra(stripped[:-1], name, value, _MISSING))
-    return _Split(known, given, extras, unexpected)
+    return _Split(leaves, known, leaf_of, given, extras, unexpected)
 
 
 def _submodule(root: nn.Module, path: tuple[str, ...]) -> nn.Module:
@@ -267,14 +272,3 @@ def _strict_error(module: nn.Module, found: _Split, tie_weights: bool, api: str)
                 given.update(group)
     missing = sorted(name for name in names if name not in given)  # sorted, as torch's
     return RuntimeError(_errors.unexpected_keys(api, root._get_name(), found.unexpected, missing))
-
-
-def _write_back(params: Any, before: dict[str, Any], after: dict[str, Any]) -> None:
-    """Values that ``forward`` reassigned go back into ``params`` (as torch.func's)."""
-    for name, value in after.items():
-        if value is before[name]:
-            continue
-        if isinstance(params, dict) and name in params:
-            params[name] = value
-        elif isinstance(params, TensorDictBase):
-            params[tuple(name.split("."))] = value

@@ -27,7 +27,7 @@ from tensordict import TensorDictBase
 from tensordict.nn import TensorDictParams as _TDParams
 from torch import nn
 
-from .._compat import register_exit_op
+from .._compat import no_previous, register_exit_op
 from .._core.flatten import flatten, to_tensordict
 from .._core.tree import owner_at
 
@@ -101,17 +101,13 @@ def into_tensordict_module(
     # is then one of its TensorDict (the same leaves).
     out = previous.copy() if torch.compiler.is_compiling() else module.copy()
     module._param_td = getattr(params, "_param_td", params)
-    out._last_op = (_TD_MODULE_OP, ((module, previous), {}, _no_previous_op))
+    out._last_op = (_TD_MODULE_OP, ((module, previous), {}, no_previous))
     return out
 
 
 def _put_back_tensordict(out: Any, args: tuple, kwargs: dict, prev: Any) -> None:
     module, previous = args
     module._param_td = previous  # the very TensorDict it held
-
-
-def _no_previous_op() -> None:
-    return None
 
 
 register_exit_op(_TD_MODULE_OP, _put_back_tensordict)

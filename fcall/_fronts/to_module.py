@@ -21,7 +21,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import nn
 
 from .. import _errors
-from .._compat import register_exit_op
+from .._compat import no_previous, register_exit_op
 from .._core.engine import commit, prepare, reapply, restore
 from .._core.flatten import Leaves, flatten, old_tensordict
 from .._core.plan import forget, resolve
@@ -290,10 +290,6 @@ def _reapply_on_exit(td: Any, args: tuple, kwargs: dict, prev: Any) -> None:
     reapply(swap, current)
 
 
-def _no_previous() -> None:
-    return None
-
-
 def _keep_refs() -> None:
     return None
 
@@ -306,7 +302,7 @@ def _attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:
 
 
 def _record(out: Any, op_name: str, args: tuple) -> None:
-    out._last_op = (op_name, (args, {}, _no_previous))
+    out._last_op = (op_name, (args, {}, no_previous))
     # Under Dynamo, TensorDict.__exit__ first calls clear_refs_for_compile_(),
     # which calls type() on every leaf; on a Parameter created in the graph (a
     # nested to_module wraps values in Parameters) that crashes the guard
