@@ -18,7 +18,7 @@ from torch import nn
 from .. import _errors
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
 from .tree import slot_of, strip, unwrap_for_keys
-from .types import Entry, Key, Plan, SlotKind, new_entry
+from .types import Entry, Key, Plan, SlotKind, TreeReads, new_entry
 
 PARAMETER = SlotKind.PARAMETER
 
@@ -38,57 +38,65 @@ def build(
     if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
         raise RuntimeError(_errors.scripted_module(api, root))
     plan = Plan()
+    plan.reads = reads = TreeReads()
     # Per dotted prefix, its node: each module on a key's path is found (and recorded in
-    # plan.chain) once. Prefixes, not id()s: traced, id(module) guards on the module object,
+    # reads.chain) once. Prefixes, not id()s: traced, id(module) guards on the module object,
     # and another instance of the same architecture would recompile.
     nodes = {"": _Node(root, plan)}
     for index in range(len(keys)):
-        _add_key(plan, nodes, root, strip(root, keys[index], prefixes), index, api)
+        _add_key(plan, reads, nodes, root, strip(root, keys[index], prefixes), index, api)
     plan.given = len(plan.entries)
     if len(set(plan.names)) != plan.given:
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
-    complete(plan, root, api, tie_weights=tie_weights, strict=strict, traced=traced, nodes=nodes)
+    complete(plan, reads, nodes, root, api, tie_weights=tie_weights, strict=strict, traced=traced)
     return plan.finish(cached=not traced)
 
 
 def _add_key(
-    plan: Plan, nodes: dict[str, _Node], root: nn.Module, key: Key, leaf: int, api: str
+    plan: Plan,
+    reads: TreeReads,
+    nodes: dict[str, _Node],
+    root: nn.Module,
+    key: Key,
+    leaf: int,
+    api: str,
 ) -> None:
     """The entry of ``key`` (its value is leaf ``leaf``), or ``UnknownKey``."""
     prefix, name = ".".join(key[:-1]), key[-1]
     node = nodes.get(prefix)
     if node is None:
-        node = _node_at(prefix, nodes, plan)
+        node = _node_at(prefix, nodes, plan, reads)
     if node is None or not _add_leaf(node, name, leaf, plan):
         names = list(all_named_tensors(root))
         raise _errors.UnknownKey(_errors.unknown_key(api, key, type(root).__name__, names))
     plan.names.append(prefix + "." + name if prefix else name)
     if not prefix:
-        plan.root_dicts = (node.parameters, node.buffers)
+        reads.root_dicts = (node.parameters, node.buffers)
 
 
 def complete(
     plan: Plan,
+    reads: TreeReads,
+    nodes: dict[str, _Node],
     root: nn.Module,
     api: str,
     *,
     tie_weights: bool,
     strict: bool,
     traced: bool,
-    nodes: dict | None = None,
 ) -> None:
     """Add the tied aliases of the given entries (``nodes``: ``build``'s, by dotted
     prefix), and check ``strict``."""
     if not (tie_weights or strict):
         if traced:  # finish() must find a slot two entries name
-            plan.may_repeat_slots = has_shared_submodule(root, set())
+            reads.may_repeat_slots = has_shared_submodule(root, set())
         return
     names, tied = names_and_ties(all_named_tensors(root))
     if tied:  # traced, finish() must still find a slot that two entries name
-        plan.may_repeat_slots = True
+        reads.may_repeat_slots = True
     if tie_weights and tied:
-        _add_tied_aliases(plan, root, tied, api, nodes or {"": _Node(root, plan)})
+        _add_tied_aliases(plan, reads, nodes, root, tied, api)
     if strict:
         missing = sorted(set(names) - set(plan.names))
         if missing:
@@ -96,7 +104,12 @@ def complete(
 
 
 def _add_tied_aliases(
-    plan: Plan, root: nn.Module, tied: tuple[tuple[str, ...], ...], api: str, nodes: dict
+    plan: Plan,
+    reads: TreeReads,
+    nodes: dict[str, _Node],
+    root: nn.Module,
+    tied: tuple[tuple[str, ...], ...],
+    api: str,
 ) -> None:
     index_of_name = {name: i for i, name in enumerate(plan.names)}
     for group in tied:
@@ -109,23 +122,23 @@ def _add_tied_aliases(
         for name in group:
             if name not in index_of_name:
                 index_of_name[name] = len(plan.entries)
-                _add_key(plan, nodes, root, tuple(name.split(".")), source, api)
+                _add_key(plan, reads, nodes, root, tuple(name.split(".")), source, api)
         tied_entries = [plan.entries[index_of_name[name]] for name in group]
-        plan.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])
+        reads.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])
 
 
-def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan) -> _Node | None:
+def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan, reads: TreeReads) -> _Node | None:
     """The node of the submodule at dotted ``prefix``, recording each module on its path once."""
     parent_prefix, _, name = prefix.rpartition(".")
     parent = nodes.get(parent_prefix)
     if parent is None:
-        parent = _node_at(parent_prefix, nodes, plan) if parent_prefix else None
+        parent = _node_at(parent_prefix, nodes, plan, reads) if parent_prefix else None
         if parent is None:
             return None
     child = parent.owner._modules.get(name)
     if child is None:
         return None
-    plan.chain.append((parent.owner._modules, name, child))
+    reads.chain.append((parent.owner._modules, name, child))
     nodes[prefix] = node = _Node(child, plan)
     return node
 

@@ -93,7 +93,8 @@ def copy_in(swap: Swap, values: list[Any]) -> None:
 def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
     if isinstance(root, FSDPModule):
         return True
-    for _, _, child in plan.chain:  # a loop, not any(generator): traced on every compile
+    assert plan.reads is not None  # a Route's plan is classified by traced.py
+    for _, _, child in plan.reads.chain:  # a loop, not any(generator): traced on every compile
         if isinstance(child, FSDPModule):
             return True
     return False

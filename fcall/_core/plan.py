@@ -159,15 +159,17 @@ class Staleness:
     __slots__ = ("rows", "tie_groups", "watch")
 
     def __init__(self, plan: Plan, root: nn.Module, *, watch: bool, strict: bool) -> None:
+        reads = plan.reads
+        assert reads is not None  # a built plan's (build.py)
         watched = _watched_buffers(plan, strict)
         self.rows = [
             Row(parent, name, child, *_sized(child._parameters, watched(child._buffers)))
-            for parent, name, child in plan.chain
+            for parent, name, child in reads.chain
         ]
-        if plan.root_dicts is not None:
-            parameters, buffers = plan.root_dicts
+        if reads.root_dicts is not None:
+            parameters, buffers = reads.root_dicts
             self.rows.append(Row(_NO_PARENT, "", None, *_sized(parameters, watched(buffers))))
-        self.tie_groups = plan.tie_groups
+        self.tie_groups = reads.tie_groups
         self.watch = TieWatch(root, plan.pairs) if watch else None
 
     def holds(self) -> bool:

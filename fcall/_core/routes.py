@@ -228,13 +228,15 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         plan = build(module, keys, api, tie_weights=tie_weights, strict=False)
     except Exception:  # the generic path raises it, traced
         return None
-    if plan.rnns or plan.has_attributes or plan.tie_groups or len(plan.entries) != plan.given:
+    reads = plan.reads
+    assert reads is not None  # build's
+    if plan.rnns or plan.has_attributes or reads.tie_groups or len(plan.entries) != plan.given:
         return None
     # Each owner once: a module at two paths, or a slot named twice, takes the generic path
     found: list[tuple[int, str, int]] = [(-1, "", 0)]  # (parent, name, depth) per owner
     index_of = {id(root.__dict__): 0}
     by_modules = {id(root._modules): 0}
-    for parent_modules, name, child in plan.chain:
+    for parent_modules, name, child in reads.chain:
         parent = by_modules.get(id(parent_modules))
         if parent is None or id(child.__dict__) in index_of:
             return None

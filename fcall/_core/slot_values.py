@@ -41,14 +41,50 @@ def parameter_for_a_buffer(plan: Plan, values: list[Any]) -> bool:
 _is_batched = torch._C._functorch.is_batchedtensor
 
 
+_ONLY_TENSORS, _ONLY_PARAMETERS = {_Tensor}, {_Parameter}
+
+
 def preserved(plan: Plan, values: list, old: list) -> list:
     """``PRESERVE`` in eager for a direct plan (entry i takes leaf i): ``values`` with each
-    one bound for a parameter slot as ``_as_parameter_slot`` makes it. A plain tensor that
-    does not track gradients, the common case (a target network's values), takes an inline
-    path: the per-leaf calls around the Parameter cost more than making it."""
-    bulk = _wrapped_in_bulk(plan, values, old)
-    if bulk is not None:
-        return bulk
+    one bound for a parameter slot as ``_as_parameter_slot`` makes it. The common cases
+    run in C loops over the leaves (``map``) instead of Python per leaf: no buffer gets a
+    Parameter and every value bound for a parameter slot is a plain tensor that tracks
+    gradients (all go in as they are), or a plain tensor that tracks none (each becomes a
+    Parameter with its slot's ``requires_grad``: a target network's values), or a
+    Parameter whose ``requires_grad`` is its slot's (all go in as they are). Anything else
+    is decided leaf by leaf (``_per_leaf``)."""
+    indexes = plan.parameter_leaves  # None: every entry is a parameter slot
+    if indexes is None:
+        bound, held = values, old
+    elif not indexes or parameter_for_a_buffer(plan, values):
+        return _per_leaf(plan, values, old)
+    else:
+        bound, held = list(map(values.__getitem__, indexes)), list(map(old.__getitem__, indexes))
+    types = set(map(type, bound))
+    try:
+        if types == _ONLY_PARAMETERS:
+            same = list(map(_REQUIRES_GRAD, bound)) == list(map(_REQUIRES_GRAD, held))
+            return values if same else _per_leaf(plan, values, old)
+        if types != _ONLY_TENSORS:
+            return _per_leaf(plan, values, old)
+        if all(map(_REQUIRES_GRAD, bound)):
+            return values  # they track gradients: a new Parameter would cut them off
+        if any(map(_REQUIRES_GRAD, bound)) or any(map(_is_batched, bound)):
+            return _per_leaf(plan, values, old)
+        requires_grad = list(map(_REQUIRES_GRAD, held))
+    except AttributeError:  # a slot holding None: the per-leaf loop decides
+        return _per_leaf(plan, values, old)
+    made = list(map(_make_subclass, repeat(_Parameter, len(bound)), bound, requires_grad))
+    if indexes is None:
+        return made
+    new = list(values)
+    for index, parameter in zip(indexes, made):
+        new[index] = parameter
+    return new
+
+
+def _per_leaf(plan: Plan, values: list, old: list) -> list:
+    """``preserved`` leaf by leaf, for what its C loops do not cover."""
     new = values  # copied on the first conversion only
     for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
         if entry.kind is not PARAMETER or old_value is None or value is None:
@@ -73,53 +109,14 @@ def preserved(plan: Plan, values: list, old: list) -> list:
     return new
 
 
-_ONLY_TENSORS, _ONLY_PARAMETERS = {_Tensor}, {_Parameter}
-
-
-def _wrapped_in_bulk(plan: Plan, values: list, old: list) -> list | None:
-    """``preserved`` for its common cases, in C loops over the leaves (``map``) instead of
-    Python per leaf, when no buffer gets a Parameter and every value bound for a
-    parameter slot is a plain tensor that tracks gradients (all go in as they are), or
-    a plain tensor that tracks none (each becomes a Parameter with its slot's
-    ``requires_grad``), or a Parameter whose ``requires_grad`` is its slot's (all go in
-    as they are). ``None`` for anything else (the per-leaf loop then decides each leaf)."""
-    indexes = plan.parameter_leaves  # None: every entry is a parameter slot
-    if indexes is None:
-        bound, held = values, old
-    elif not indexes or parameter_for_a_buffer(plan, values):
-        return None
-    else:
-        bound, held = list(map(values.__getitem__, indexes)), list(map(old.__getitem__, indexes))
-    types = set(map(type, bound))
-    try:
-        if types == _ONLY_PARAMETERS:
-            same = list(map(_REQUIRES_GRAD, bound)) == list(map(_REQUIRES_GRAD, held))
-            return values if same else None
-        if types != _ONLY_TENSORS:
-            return None
-        if all(map(_REQUIRES_GRAD, bound)):
-            return values  # they track gradients: a new Parameter would cut them off
-        if any(map(_REQUIRES_GRAD, bound)) or any(map(_is_batched, bound)):
-            return None
-        requires_grad = list(map(_REQUIRES_GRAD, held))
-    except AttributeError:  # a slot holding None: the per-leaf loop decides
-        return None
-    made = list(map(_make_subclass, repeat(_Parameter, len(bound)), bound, requires_grad))
-    if indexes is None:
-        return made
-    new = list(values)
-    for index, parameter in zip(indexes, made):
-        new[index] = parameter
-    return new
-
-
 def registered_values(plan: Plan, values: list, old: list) -> list:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
-    if plan.preserved is not None:  # traced: the Route made them (fcall/_core/traced.py)
+    made = plan.route.preserved if plan.route is not None else None
+    if made is not None:  # traced: the Route made them (fcall/_core/traced.py)
         if plan.direct:
-            return plan.preserved
-        return [plan.preserved[entry.leaf] for entry in plan.entries]
+            return made
+        return [made[entry.leaf] for entry in plan.entries]
     if plan.traced:
         with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
             return _registered_per_entry(plan, values, old, True)

@@ -46,7 +46,7 @@ from .flatten import Leaves, wrapped
 from .routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
-from .types import Distributed, Entry, Plan, SlotKind, new_entry
+from .types import Distributed, Entry, Plan, RouteOnly, SlotKind, new_entry
 
 _repeat = itertools.repeat
 
@@ -62,7 +62,7 @@ def resolve(
 ) -> tuple[Plan, Leaves] | None:
     """Traced only: the plan and leaves of ``params`` in ``module`` through a Route, or
     ``None`` for the generic path. ``make_parameters`` (``to_module``'s ``PRESERVE``): what
-    each leaf goes in as (``plan.preserved``); ``group_by_dict`` (``to_module``): the names
+    each leaf goes in as (``plan.route.preserved``); ``group_by_dict`` (``to_module``): the names
     written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
@@ -96,13 +96,12 @@ def resolve(
     # the owners' __dict__ (a Dynamo dict of each module's attributes, costly to build) only
     # where the writes need it: to_module(preserve_module_state=False) moves values between
     # dicts; elsewhere a slot deleted in the block asks for it (Plan.attributes_of)
-    plan = _plan(route, slots, owners, group_by_dict and not make_parameters)
+    preserved = _preserved(route, values, slots, made) if make_parameters else None
+    if make_parameters and preserved is None:
+        return None
+    plan = _plan(route, slots, owners, group_by_dict and not make_parameters, preserved)
     if group_by_dict:
         plan.dict_groups = list(zip(_pick(dicts, route.group_slots), map(list, route.group_names)))
-    if make_parameters:
-        plan.preserved = _preserved(route, values, slots, made)
-        if plan.preserved is None:
-            return None
     leaves = Leaves(params, api)
     leaves.values = values
     return plan, leaves
@@ -213,13 +212,20 @@ def _pick(items: Sequence[Any], indexes: tuple[int, ...]) -> list:
     return list(map(operator.getitem, _repeat(items), indexes))
 
 
-def _plan(route: Route, slots: list[dict], owners: list[nn.Module], attributes: bool) -> Plan:
+def _plan(
+    route: Route,
+    slots: list[dict],
+    owners: list[nn.Module],
+    attributes: bool,
+    preserved: list | None,
+) -> Plan:
     """The engine's Plan of ``route`` in the traced module: entry ``i`` takes leaf ``i``;
-    ``attributes``: each entry with its owner's ``__dict__`` (else ``None``)."""
+    ``attributes``: each entry with its owner's ``__dict__`` (else ``None``); ``preserved``:
+    to_module's values as they go in."""
     plan = Plan()
     count = len(route.names)
     of_entries = _pick(owners, route.owner_of_entry)
-    plan.owners = of_entries
+    plan.route = new_entry(RouteOnly, (of_entries, preserved))
     dicts = map(getattr, of_entries, _repeat("__dict__")) if attributes else _repeat(None)
     plan.entries = list(
         map(

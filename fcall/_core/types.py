@@ -1,6 +1,8 @@
 """The data of a swap: how values go in (``Mode``), what kind of slot a key names
 (``SlotKind``), what kind of distributed tree a plan is for (``Distributed``), one row of a
-plan (``Entry``), the plan (``Plan``: each key to its slot), and one applied swap (``Swap``).
+plan (``Entry``), the plan (``Plan``: each key to its slot), what the build read of the tree
+beside it (``TreeReads``), what only a traced Route's plan carries (``RouteOnly``), and one
+applied swap (``Swap``).
 
 The enums and the NamedTuple are folded by Dynamo while it traces a swap: an enum member is
 a constant in the trace, and an ``Entry`` is a tuple (built and unpacked without inlining
@@ -81,7 +83,6 @@ class Plan:
 
     __slots__ = (
         "buffer_leaves",
-        "chain",
         "dict_groups",
         "direct",
         "distributed",
@@ -89,19 +90,16 @@ class Plan:
         "given",
         "has_attributes",
         "layout",
-        "may_repeat_slots",
         "names",
         "names_are_keys",
-        "owners",
         "pairs",
         "parameter_leaves",
-        "preserved",
+        "reads",
         "repeated",
         "rnns",
-        "root_dicts",
+        "route",
         "slot_names",
         "slots",
-        "tie_groups",
         "tie_sources",
         "traced",
     )
@@ -116,10 +114,6 @@ class Plan:
         self.rnns: list[weakref.ref[nn.RNNBase]] = []  # RNN owners: _flat_weights reset
         self.names_are_keys = False  # a Route's: no prefix was stripped, names are keys
         self.traced = False  # built while Dynamo traces: nothing after resolve asks again
-        # --- what the build read, for the cache's Staleness (plan.py) ---
-        self.chain: list[tuple[dict, str, nn.Module]] = []  # (parent._modules, name, child)
-        self.root_dicts: tuple[dict, dict] | None = None  # the root's, if it owns a key
-        self.tie_groups: list[list[tuple[dict, str]]] = []  # slots tied at build time
         # --- derived once by finish(), for the hot loops ---
         self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
         self.slots: list[dict] = []  # the slot of each entry: where each value goes
@@ -132,13 +126,9 @@ class Plan:
         # entries (None: every entry is a parameter's) and of the buffer entries
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []
-        # --- tracing only (traced.py) ---
-        # the build found a tensor under two names, so finish() looks for a slot that two
-        # entries name (id(slot): a guard on the dict); eager: always looked for
-        self.may_repeat_slots = False
-        self.owners: list[nn.Module] | None = None  # a Route's: each entry's owner module
-        # to_module (PRESERVE): what each leaf goes in as, made before the dicts are read
-        self.preserved: list[Any] | None = None
+        # --- beside the mapping, each written by one module ---
+        self.reads: TreeReads | None = None  # build.py's (None: a Route's plan)
+        self.route: RouteOnly | None = None  # traced.py's, for a Route's plan
         # --- made on first use, kept with the plan ---
         # to_module: the names written into each dict whose order they change
         # (registration.py; traced, the Route's grouping)
@@ -154,7 +144,8 @@ class Plan:
         self.slot_names = [entry.name for entry in self.entries]
         self.direct = len(self.entries) == self.given
         self.traced = not cached
-        if cached or self.may_repeat_slots:  # traced, id(slot) guards on the dict's id
+        assert self.reads is not None  # finish() is the builder's
+        if cached or self.reads.may_repeat_slots:  # traced, id(slot) guards on the dict's id
             self._find_repeated()
         if not cached:
             return self
@@ -185,6 +176,31 @@ class Plan:
             self.direct = False
 
 
+@dataclass(slots=True)
+class TreeReads:
+    """What the build read of the module tree besides the entries (``build.py`` writes it):
+    the cache's ``Staleness``, the Route and the distributed check read it."""
+
+    chain: list[tuple[dict, str, nn.Module]] = field(default_factory=list)
+    """``(parent._modules, name, child)`` of each module on a key's path, once each."""
+    root_dicts: tuple[dict, dict] | None = None
+    """The root's ``_parameters`` and ``_buffers``, if the root owns a key."""
+    tie_groups: list[list[tuple[dict, str]]] = field(default_factory=list)
+    """The ``(slot, name)`` pairs that held one tensor at build time."""
+    may_repeat_slots: bool = False
+    """Traced: the build found a tensor under two names, so ``finish`` looks for a slot
+    that two entries name (``id(slot)`` is a guard on the dict; eager always looks)."""
+
+
+class RouteOnly(NamedTuple):
+    """What only a Route's traced plan carries (``traced.py`` writes it)."""
+
+    owners: list[nn.Module]
+    """Each entry's owner module (``attributes_of`` reads its ``__dict__`` on need)."""
+    preserved: list[Any] | None
+    """to_module (``PRESERVE``): what each leaf goes in as, made before the dicts are read."""
+
+
 class StalePlan(Exception):
     """A cached plan named a slot that is gone: the caller rebuilds and retries."""
 
@@ -193,8 +209,8 @@ def attributes_of(plan: Plan, index: int) -> dict[str, Any]:
     """The ``__dict__`` of entry ``index``'s owner module."""
     attributes = plan.entries[index].attributes
     if attributes is None:  # a Route's plan (traced.py): read on first need
-        assert plan.owners is not None
-        attributes = plan.owners[index].__dict__
+        assert plan.route is not None
+        attributes = plan.route.owners[index].__dict__
     return attributes
 
 
