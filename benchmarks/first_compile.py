@@ -4,6 +4,8 @@
     python -m benchmarks first_compile --sizes 10000 --apis swap --containers tensordict \\
         --backends aot_eager                                # the 10,000-leaf row
     python -m benchmarks first_compile --sections per_call  # compiled calls, paired
+    python -m benchmarks first_compile --apart --repeat 5 --sizes 1000 --backends aot_eager \
+        --apis swap functional_call                         # fresh processes, 5 rounds
 
 It compiles ``f(x, p)`` (``fullgraph=True``, under ``no_grad``) for an ``nn.Sequential`` of
 ``Linear(4, 4)``: the model with its own parameters (no swap: the floor),
@@ -51,6 +53,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--apart",
         action="store_true",
         help="first_call: each cell in a process of its own (no compile runs after another's)",
+    )
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="with --apart: rounds of first calls, each over every cell in turn; seconds "
+        "are medians, x the median of each round's ratio to the no-swap model",
     )
     parser.add_argument("--cells", nargs="+", help=argparse.SUPPRESS)  # a child's: names
     parser.add_argument(  # a child's: the steps, or the first call's seconds, alone
@@ -163,35 +172,56 @@ def first_call(args: argparse.Namespace, record: h.Recorder) -> None:
     sizes = args.sizes or ([20] if args.quick else [200, 1000])
     for leaves in sizes:
         title = f"first compile, {leaves} leaves"
+        samples: dict[str, dict[str, list[float]]] = {}  # apart: cell -> backend -> seconds
         if args.apart:  # each cell's steps, and each first call, in a fresh process
-            table = {}
-            for name, _, _ in _cells(args):
-                row: dict[str, Any] = {}
-                for only, backends in [("steps", args.backends[:1])] + [
-                    ("seconds", [backend]) for backend in args.backends
-                ]:
-                    part = h.child(
-                        "first_compile",
-                        ["--sizes", str(leaves), "--backends", *backends, "--cells", name]
-                        + ["--only", only]
-                        + (["--quick"] if args.quick else []),
-                    )
-                    row.update(part[title][name])
-                table[name] = row
+            table = {
+                name: _apart(title, leaves, name, "steps", args) for name, _, _ in _cells(args)
+            }
+            for _ in range(args.repeat):  # a round over every cell: they share the drift
+                for name, _, _ in _cells(args):
+                    for backend in args.backends:
+                        part = _apart(title, leaves, name, "seconds", args, backend)
+                        runs = samples.setdefault(name, {}).setdefault(backend, [])
+                        runs.append(part[f"{backend} s"])
+            for name, by_backend in samples.items():
+                for backend, runs in by_backend.items():
+                    table[name][f"{backend} s"] = h.median(runs)
         else:
             table = _measured(leaves, _cells(args), args.backends, args.only)
         if MODEL in table and not args.only:
             floor = table[MODEL]
-            for row in table.values():
+            for name, row in table.items():
                 row["steps x"] = row["steps"] / floor["steps"]
                 for backend in args.backends:
-                    row[f"{backend} x"] = row[f"{backend} s"] / floor[f"{backend} s"]
+                    if samples:  # per round, against that round's model
+                        ratio = h.paired(samples[name][backend], samples[MODEL][backend])
+                    else:
+                        ratio = row[f"{backend} s"] / floor[f"{backend} s"]
+                    row[f"{backend} x"] = ratio
         fields = ["steps", "steps x"] + [f"{b} {u}" for b in args.backends for u in ("s", "x")]
         h.print_rows(f"First compile, {leaves} leaves (x: / the no-swap model)", table, fields)
         if args.apart and not args.quick:
             title = f"first compile apart, {leaves} leaves"  # each compile a first one
         record.results[title] = table
         record.save()
+
+
+def _apart(
+    title: str,
+    leaves: int,
+    name: str,
+    only: str,
+    args: argparse.Namespace,
+    backend: str | None = None,
+) -> dict[str, Any]:
+    """Cell ``name``'s steps (backend eager's) or one backend's first call, in a fresh process."""
+    backends = [backend] if backend else args.backends[:1]
+    part = h.child(
+        "first_compile",
+        ["--sizes", str(leaves), "--backends", *backends, "--cells", name, "--only", only]
+        + (["--quick"] if args.quick else []),
+    )
+    return dict(part[title][name])
 
 
 def per_call(args: argparse.Namespace, record: h.Recorder) -> None:

@@ -80,7 +80,11 @@ def resolve(
         values = _tensordict_values(params, route)
     if values is None:
         return None
-    made = _parameters_made(route, values) if make_parameters else []
+    if make_parameters:  # each value read as its Parameter is made (_parameters_made)
+        made = _parameters_made(route, values)
+    else:  # every value read now, as a dict's are (_dict_shape): see fcall/README.md
+        made = []
+        tuple(map(isinstance, values, _repeat(torch.Tensor)))
     root, _ = unwrap(module)
     owners = _descend([root], route.owners, _modules_of)
     parameters = list(map(getattr, owners, _repeat("_parameters")))
