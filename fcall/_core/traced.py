@@ -82,9 +82,10 @@ def resolve(
         return None
     if make_parameters:  # each value read as its Parameter is made (_parameters_made)
         made = _parameters_made(route, values)
-    else:  # every value read now, as a dict's are (_dict_shape): see fcall/README.md
+    else:
         made = []
-        tuple(map(isinstance, values, _repeat(torch.Tensor)))
+        if level_values is None:  # a TensorDict's values read now (a dict's: _dict_shape)
+            tuple(map(isinstance, values, _repeat(torch.Tensor)))  # see fcall/README.md
     root, _ = unwrap(module)
     owners = _descend([root], route.owners, _modules_of)
     parameters = list(map(getattr, owners, _repeat("_parameters")))
