@@ -9,7 +9,7 @@ import pytest
 from benchmarks.call_path import paths
 
 # api -> (most fcall modules, most fcall function calls)
-BUDGET = {"swap": (4, 17), "to_module": (5, 21), "functional_call": (4, 15)}
+BUDGET = {"swap": (4, 16), "to_module": (5, 20), "functional_call": (4, 14)}
 
 
 @pytest.fixture(scope="module")

@@ -180,9 +180,27 @@ def restore(swap: Swap) -> list[Any]:
         return []
     # The one restore loop: the very same objects back into their slots (a value that
     # moved leaves the dict it went into; a slot deleted in the block is registered
-    # again), and what each slot held. `get`: a deleted slot is GONE (traced, a missing
-    # key in `d[name]` is a graph break, not a KeyError).
-    current, changed = _put_back(swap)
+    # again), what each slot held, and whether any held another value than the swap put
+    # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph
+    # break, not a KeyError). Inline, not a helper: a call less on every restore.
+    if plan.traced and swap.targets is None and not plan.repeated:
+        # builtin calls that Dynamo runs without stepping (fcall/README.md)
+        current = list(map(dict.get, plan.slots, plan.slot_names, repeat(GONE)))
+        list(map(dict.__setitem__, plan.slots, plan.slot_names, swap.old))
+        changed = False in list(map(is_, current, swap.new))
+    else:
+        current = []
+        changed = swap.targets is not None  # a value changed dict
+        for target, (slot, name), old, new in zip(
+            swap.targets or plan.slots, plan.pairs, swap.old, swap.new
+        ):
+            now = target.get(name, GONE)
+            current.append(now)
+            if now is not new:  # forward reassigned it (a buffer), or deleted it
+                changed = True
+            if target is not slot:
+                target.pop(name, None)
+            slot[name] = old
     if plan.repeated:  # a slot two entries name was read again after its restore
         for index, first in plan.repeated.items():
             current[index] = current[first]
@@ -202,30 +220,6 @@ def restore(swap: Swap) -> list[Any]:
                 _check_deleted_slots(plan, current)
                 break
     return current
-
-
-def _put_back(swap: Swap) -> tuple[list[Any], bool]:
-    """The one restore loop: the old objects into their slots; what each slot held, and
-    whether any held another value than the swap put there."""
-    plan = swap.plan
-    if plan.traced and swap.targets is None and not plan.repeated:
-        # builtin calls that Dynamo runs without stepping (fcall/README.md)
-        current = list(map(dict.get, plan.slots, plan.slot_names, repeat(GONE)))
-        list(map(dict.__setitem__, plan.slots, plan.slot_names, swap.old))
-        return current, False in list(map(is_, current, swap.new))
-    current = []
-    changed = swap.targets is not None  # some slot holds another value than the swap put
-    for target, (slot, name), old, new in zip(
-        swap.targets or plan.slots, plan.pairs, swap.old, swap.new
-    ):
-        now = target.get(name, GONE)
-        current.append(now)
-        if now is not new:  # forward reassigned it (a buffer), or deleted it
-            changed = True
-        if target is not slot:
-            target.pop(name, None)
-        slot[name] = old
-    return current, changed
 
 
 def _check_deleted_slots(plan: Plan, current: list[Any]) -> None:
