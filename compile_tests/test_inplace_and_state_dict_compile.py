@@ -113,7 +113,7 @@ def test_one_graph_would_give_wrong_gradients(monkeypatch):
 
     def hidden_copy(plan, values, non_blocking):
         with torch.no_grad():
-            for (slot, name), value in zip(plan.pairs, values):
+            for slot, name, value in zip(plan.slots, plan.slot_names, values):
                 target = slot[name]
                 with torch.autograd._unsafe_preserve_version_counter(target):
                     target.copy_(value)

@@ -32,7 +32,7 @@ therefore refused when ``module`` is the DDP wrapper; swapping into
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -59,7 +59,7 @@ def prepare(
     mode: Mode,
     api: str,
     non_blocking: bool,
-    read_slots: Callable[[Plan], list[Any]],
+    read_slots: Callable[[Plan], Sequence[Any]],
 ) -> Swap | None:
     """A ``SHARDED`` swap for an FSDP2 tree, a check for DDP, else ``None`` (a plain swap).
     ``read_slots``: ``plan.read_slots``, called once the tree is resharded (before, the slots
@@ -82,7 +82,7 @@ def classified(module: nn.Module, plan: Plan) -> Distributed:
     return Distributed.DDP if "module" in prefixes else Distributed.NONE
 
 
-def copy_in(swap: Swap, values: list[Any]) -> None:
+def copy_in(swap: Swap, values: Sequence[Any]) -> None:
     """An FSDP2 swap's commit (``values``: the new ones) and restore (the saved shards):
     every FSDP module resharded, then the values copied into the module's own shards."""
     sharded = cast("Sharded", swap.sharded)  # a SHARDED swap's
@@ -115,7 +115,7 @@ def reshard(modules: list[nn.Module]) -> None:
         fsdp_module.reshard()  # type: ignore[operator]
 
 
-def copy_into(targets: list, values: list, non_blocking: bool) -> None:
+def copy_into(targets: Sequence[Any], values: Sequence[Any], non_blocking: bool) -> None:
     """The one copy loop: each value into its target tensor, under ``no_grad``."""
     with torch.no_grad():
         for target, value in zip(targets, values):
@@ -129,7 +129,7 @@ def _prepare_sharded(
     mode: Mode,
     api: str,
     non_blocking: bool,
-    read_slots: Callable[[Plan], list[Any]],
+    read_slots: Callable[[Plan], Sequence[Any]],
 ) -> Swap:
     modules = fsdp_modules(root)
     reshard(modules)
@@ -137,6 +137,7 @@ def _prepare_sharded(
     swap = Swap(plan, Mode.SHARDED, leaves, non_blocking)
     swap.sharded = Sharded(modules, [])
     root_name = type(root).__name__
+    new, old = [], []
     with torch.no_grad():
         for entry, key, target in zip(plan.entries, plan.names, held):
             value = leaves.values[entry.leaf]
@@ -147,8 +148,9 @@ def _prepare_sharded(
             if mode is not INPLACE and tracks_gradients(value):
                 raise RuntimeError(_requires_grad_on_fsdp(api, key, root_name))
             swap.sharded.shards.append(target)
-            swap.new.append(_laid_out_like(value, target, api, key))
-            swap.old.append(target.detach().clone())
+            new.append(_laid_out_like(value, target, api, key))
+            old.append(target.detach().clone())
+    swap.new, swap.old = new, old
     return swap
 
 

@@ -16,6 +16,7 @@ whose copies ``distributed.py`` makes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from itertools import repeat
 from operator import is_
 from typing import Any
@@ -148,23 +149,25 @@ def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> 
         reregister(swap.plan, module, swap.targets, new)
 
 
-def _write(plan: Plan, values: list[Any], targets: list[dict] | None, to_end: bool) -> None:
+def _write(plan: Plan, values: Sequence[Any], targets: list[dict] | None, to_end: bool) -> None:
     """The one write loop: each value into its slot (``targets``: the dict each value goes
     into, when some value changes dict; a value that moves leaves its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
     ``del d[name]; d[name] = value`` puts it. Traced, with no value changing dict, the
     writes are one builtin call that Dynamo runs without stepping (fcall/README.md)."""
     if plan.traced and targets is None and not to_end:
-        list(map(dict.__setitem__, plan.slots, plan.slot_names, values))
+        tuple(map(dict.__setitem__, plan.slots, plan.slot_names, values))
         return
-    for target, (slot, name), value in zip(targets or plan.slots, plan.pairs, values):
+    for target, slot, name, value in zip(
+        targets or plan.slots, plan.slots, plan.slot_names, values
+    ):
         if to_end or target is not slot:
             # pop, not del: a slot reached by two paths is moved once
             slot.pop(name, None)
         target[name] = value
 
 
-def restore(swap: Swap) -> list[Any]:
+def restore(swap: Swap) -> Sequence[Any]:
     """Undo ``swap``; returns what the slots held just before (the given entries first)."""
     if swap.done:
         return []
@@ -185,26 +188,27 @@ def restore(swap: Swap) -> list[Any]:
     # break, not a KeyError). Inline, not a helper: a call less on every restore.
     if plan.traced and swap.targets is None and not plan.repeated:
         # builtin calls that Dynamo runs without stepping (fcall/README.md)
-        current = list(map(dict.get, plan.slots, plan.slot_names, repeat(GONE)))
-        list(map(dict.__setitem__, plan.slots, plan.slot_names, swap.old))
-        changed = False in list(map(is_, current, swap.new))
+        current: Sequence[Any] = tuple(map(dict.get, plan.slots, plan.slot_names, repeat(GONE)))
+        tuple(map(dict.__setitem__, plan.slots, plan.slot_names, swap.old))
+        changed = False in tuple(map(is_, current, swap.new))
     else:
-        current = []
+        held = []
         changed = swap.targets is not None  # a value changed dict
-        for target, (slot, name), old, new in zip(
-            swap.targets or plan.slots, plan.pairs, swap.old, swap.new
+        for target, slot, name, old, new in zip(
+            swap.targets or plan.slots, plan.slots, plan.slot_names, swap.old, swap.new
         ):
             now = target.get(name, GONE)
-            current.append(now)
+            held.append(now)
             if now is not new:  # forward reassigned it (a buffer), or deleted it
                 changed = True
             if target is not slot:
                 target.pop(name, None)
             slot[name] = old
-    if plan.repeated:  # a slot two entries name was read again after its restore
-        for index, first in plan.repeated.items():
-            current[index] = current[first]
-        changed = swap.targets is not None or any(a is not b for a, b in zip(current, swap.new))
+        if plan.repeated:  # a slot two entries name was read again after its restore
+            for index, first in plan.repeated.items():
+                held[index] = held[first]
+            changed = swap.targets is not None or any(a is not b for a, b in zip(held, swap.new))
+        current = held
     for slot, order in swap.orders:  # a value that left a dict comes back in its place
         move_to_end(slot, [key for key in order if key in slot])
     for rnn in plan.rnns:
@@ -222,7 +226,7 @@ def restore(swap: Swap) -> list[Any]:
     return current
 
 
-def _check_deleted_slots(plan: Plan, current: list[Any]) -> None:
+def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:
     """The old value of a slot deleted in the block went back into its dict (as torch.func
     registers it again); a name that the block gave to something else raises."""
     taken = []
@@ -246,14 +250,14 @@ def _taken_elsewhere(attributes: dict, slot: dict, name: str) -> bool:
     return parametrizations is not None and name in parametrizations._modules
 
 
-def reapply(swap: Swap, current: list[Any]) -> None:
+def reapply(swap: Swap, current: Sequence[Any]) -> None:
     """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
     and the swap can be restored again."""
     to_end = _to_end(swap)
     _write(swap.plan, current, swap.targets, to_end)
-    swap.new = current
+    swap.new = list(current)
     if swap.reorder_in is not None:
-        _reregister(swap, swap.reorder_in, current, to_end)
+        _reregister(swap, swap.reorder_in, swap.new, to_end)
     swap.done = False
 
 
@@ -264,7 +268,7 @@ def _reset_rnn_flat_weights(rnn: nn.RNNBase) -> None:
     rnn._init_flat_weights()
 
 
-def _write_back(swap: Swap, current: list[Any]) -> None:
+def _write_back(swap: Swap, current: Sequence[Any]) -> None:
     """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
     repeated = swap.plan.repeated  # their slot is an earlier entry's
     entries = swap.plan.entries
@@ -338,18 +342,18 @@ def _fits(shape: torch.Size, target: torch.Size) -> bool:
     return all(size in (1, want) for size, want in zip(reversed(shape), reversed(target)))
 
 
-def copy_inplace(plan: Plan, values: list, non_blocking: bool) -> None:
+def copy_inplace(plan: Plan, values: Sequence[Any], non_blocking: bool) -> None:
     """``inplace=True``: copy ``values`` into the module's own tensors; while Dynamo traces,
     outside the graph where autograd may have saved those tensors (see ``_copy_eagerly``)."""
     if plan.traced and torch.is_grad_enabled():
-        for slot, name in plan.pairs:
+        for slot, name in zip(plan.slots, plan.slot_names):
             target = slot[name]
             if target is not None and target.requires_grad:
                 return _copy_eagerly(plan, values, non_blocking)
     return _copy_into(plan, values, non_blocking)
 
 
-def _copy_into(plan: Plan, values: list, non_blocking: bool) -> None:
+def _copy_into(plan: Plan, values: Sequence[Any], non_blocking: bool) -> None:
     distributed.copy_into(read_slots(plan), values, non_blocking)
 
 

@@ -17,6 +17,7 @@ Dynamo, installs guards on every TensorDict attribute it touches.
 from __future__ import annotations
 
 import collections
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import torch
@@ -277,12 +278,12 @@ def layout_of(keys: list[Key]) -> Layout:
     return layout
 
 
-def to_tensordict(keys: list[Key], values: list[Any]) -> TensorDict:
+def to_tensordict(keys: list[Key], values: Sequence[Any]) -> TensorDict:
     """``[("a", "w")], [t]`` -> ``TensorDict(a=TensorDict(w=t))``, without checks."""
     return _from_layout(layout_of(keys), values)
 
 
-def _from_layout(layout: Layout, values: list[Any]) -> TensorDict:
+def _from_layout(layout: Layout, values: Sequence[Any]) -> TensorDict:
     """The one TensorDict builder: the nodes of ``layout``, without the TensorDict's own
     validation. The leaves are known tensors of the module: the checks cost more than the
     swap in eager, and under Dynamo their type checks on a Parameter created in the graph
@@ -308,7 +309,7 @@ class _Unbuilt(NamedTuple):
 
     layout: Layout | None  # None: laid out by the dotted ``names``
     names: list[str] | None
-    values: list[Any]
+    values: Sequence[Any]
     signature: Any  # that of the params whose keys they have; None: not known
 
 
@@ -372,7 +373,7 @@ class OldValues(TensorDict):
 _EXACT = (TensorDict, OldValues)
 
 
-def old_tensordict(plan: Plan, leaves: Leaves, old: list[Any]) -> OldValues:
+def old_tensordict(plan: Plan, leaves: Leaves, old: Sequence[Any]) -> OldValues:
     """The values ``old`` that the given entries of ``plan`` held, under the keys of
     ``leaves``: a TensorDict whose nodes are built on first read (``OldValues``), in eager
     and under Dynamo alike (tracing a TensorDict per submodule that nobody reads would cost

@@ -170,7 +170,7 @@ class Staleness:
             parameters, buffers = reads.root_dicts
             self.rows.append(Row(_NO_PARENT, "", None, *_sized(parameters, watched(buffers))))
         self.tie_groups = reads.tie_groups
-        self.watch = TieWatch(root, plan.pairs) if watch else None
+        self.watch = TieWatch(root, list(zip(plan.slots, plan.slot_names))) if watch else None
 
     def holds(self) -> bool:
         """Whether the module tree still has the structure the plan was built on."""
@@ -246,9 +246,9 @@ def _still_tied(group: list[tuple[dict, str]]) -> bool:
     return True
 
 
-def read_slots(plan: Plan) -> list[Any]:
+def read_slots(plan: Plan) -> tuple[Any, ...]:
     """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
     try:
-        return list(map(dict.__getitem__, plan.slots, plan.slot_names))
+        return tuple(map(dict.__getitem__, plan.slots, plan.slot_names))
     except KeyError:
         raise StalePlan from None

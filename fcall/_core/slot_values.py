@@ -14,6 +14,7 @@ rule a Route decided on the real values.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 from itertools import repeat
 from typing import Any
 
@@ -44,7 +45,7 @@ _is_batched = torch._C._functorch.is_batchedtensor
 _ONLY_TENSORS, _ONLY_PARAMETERS = {_Tensor}, {_Parameter}
 
 
-def preserved(plan: Plan, values: list, old: list) -> list:
+def preserved(plan: Plan, values: list[Any], old: Sequence[Any]) -> list[Any]:
     """``PRESERVE`` in eager for a direct plan (entry i takes leaf i): ``values`` with each
     one bound for a parameter slot as ``_as_parameter_slot`` makes it. The common cases
     run in C loops over the leaves (``map``) instead of Python per leaf: no buffer gets a
@@ -83,7 +84,7 @@ def preserved(plan: Plan, values: list, old: list) -> list:
     return new
 
 
-def _per_leaf(plan: Plan, values: list, old: list) -> list:
+def _per_leaf(plan: Plan, values: list, old: Sequence[Any]) -> list:
     """``preserved`` leaf by leaf, for what its C loops do not cover."""
     new = values  # copied on the first conversion only
     for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
@@ -109,7 +110,7 @@ def _per_leaf(plan: Plan, values: list, old: list) -> list:
     return new
 
 
-def registered_values(plan: Plan, values: list, old: list) -> list:
+def registered_values(plan: Plan, values: list[Any], old: Sequence[Any]) -> list[Any]:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
     made = plan.route.preserved if plan.route is not None else None
@@ -123,7 +124,9 @@ def registered_values(plan: Plan, values: list, old: list) -> list:
     return _registered_per_entry(plan, values, old, False)
 
 
-def _registered_per_entry(plan: Plan, values: list, old: list, traced: bool) -> list:
+def _registered_per_entry(
+    plan: Plan, values: Sequence[Any], old: Sequence[Any], traced: bool
+) -> list:
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []

@@ -46,7 +46,7 @@ from .flatten import Leaves, wrapped
 from .routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
-from .types import Distributed, Entry, Plan, RouteOnly, SlotKind, new_entry
+from .types import Distributed, Plan, RouteOnly, new_entry
 
 _repeat = itertools.repeat
 
@@ -75,7 +75,7 @@ def resolve(
     if route is None:
         return None
     if level_values is not None:
-        values: list[Any] | None = _pick(level_values, route.leaf_nodes)
+        values: Sequence[Any] | None = _pick(level_values, route.leaf_nodes)
     else:
         values = _tensordict_values(params, route)
     if values is None:
@@ -83,17 +83,17 @@ def resolve(
     if make_parameters:  # each value read as its Parameter is made (_parameters_made)
         made = _parameters_made(route, values)
     else:
-        made = []
+        made = ()
         if level_values is None:  # a TensorDict's values read now (a dict's: _dict_shape)
             tuple(map(isinstance, values, _repeat(torch.Tensor)))  # see fcall/README.md
     root, _ = unwrap(module)
     owners = _descend([root], route.owners, _modules_of)
-    parameters = list(map(getattr, owners, _repeat("_parameters")))
+    parameters = tuple(map(getattr, owners, _repeat("_parameters")))
     if not _same(tuple(map(tuple, parameters)), route.owner_keys):
         return None
     dicts = parameters
     if route.buffer_owners:
-        buffers = list(map(getattr, _pick(owners, route.buffer_owners), _repeat("_buffers")))
+        buffers = tuple(map(getattr, _pick(owners, route.buffer_owners), _repeat("_buffers")))
         if not _same(tuple(map(tuple, buffers)), route.buffer_keys):
             return None
         dicts = parameters + buffers
@@ -108,11 +108,11 @@ def resolve(
     if group_by_dict:
         plan.dict_groups = list(zip(_pick(dicts, route.group_slots), map(list, route.group_names)))
     leaves = Leaves(params, api)
-    leaves.values = values
+    leaves.values = list(values)  # one extend of a tuple: no side effect per value
     return plan, leaves
 
 
-def _parameters_made(route: Route, values: list) -> list:
+def _parameters_made(route: Route, values: Sequence[Any]) -> tuple:
     """``to_module``'s ``PRESERVE`` rule (``fcall/_core/slot_values.py``), as the Route decided
     it on the real values (``Preserve``): each value bound to become a Parameter is made
     one, with its old tensor's ``requires_grad``, in one ``map`` that reads each value
@@ -123,10 +123,12 @@ def _parameters_made(route: Route, values: list) -> list:
     rule = route.preserve
     assert rule is not None  # to_module's Route
     with TRACEABLE_PARAMETER:  # once, not per Parameter
-        return list(map(nn.Parameter, _pick(values, rule.wrap), rule.wrap_requires_grad))
+        return tuple(map(nn.Parameter, _pick(values, rule.wrap), rule.wrap_requires_grad))
 
 
-def _preserved(route: Route, values: list, slots: list[dict], made: list) -> list | None:
+def _preserved(
+    route: Route, values: Sequence[Any], slots: Sequence[dict], made: tuple
+) -> list | None:
     """What each leaf goes in as, once the old tensors the Route decided on are read and
     checked, and every value is read, so that Dynamo guards the decisions' inputs (the
     values' types and ``requires_grad``, the old tensors' ``requires_grad``, a slot holding
@@ -142,14 +144,11 @@ def _preserved(route: Route, values: list, slots: list[dict], made: list) -> lis
     if False in empty:  # a slot that held None holds a tensor now
         return None
     tuple(map(isinstance, values, _repeat(torch.Tensor)))  # every value read: guarded
-    return _pick(values + made, rule.order)
+    return list(_pick((*values, *made), rule.order))
 
 
-_KINDS = (SlotKind.PARAMETER, SlotKind.BUFFER)  # by Route.buffers (False, True)
-
-
-def _slot_values(slots: list[dict], names: tuple[str, ...], entries: tuple[int, ...]) -> list:
-    return list(map(dict.__getitem__, _pick(slots, entries), _pick(names, entries)))
+def _slot_values(slots: Sequence[dict], names: tuple[str, ...], entries: tuple[int, ...]) -> tuple:
+    return tuple(map(dict.__getitem__, _pick(slots, entries), _pick(names, entries)))
 
 
 def _dict_shape(params: dict) -> tuple[list[tuple], list[Any]]:
@@ -158,11 +157,11 @@ def _dict_shape(params: dict) -> tuple[list[tuple], list[Any]]:
     in that order (a Route picks the leaves from them)."""
     shape: list[tuple] = []
     everything: list[Any] = []
-    level = [params]
+    level: Sequence[Any] = [params]
     while level:
         values: list[Any] = []
-        for node in level:  # per node, not per leaf
-            values.extend(node.values())
+        for node in level:  # per node, not per leaf; tuple(): no side effect per value
+            values.extend(tuple(node.values()))
         is_dict = tuple(map(isinstance, values, _repeat(dict)))
         shape.append(
             (
@@ -181,69 +180,61 @@ def _where(flags: tuple[bool, ...]) -> tuple[int, ...]:
     return tuple(index for index, flag in enumerate(flags) if flag)
 
 
-def _tensordict_values(params: Any, route: Route) -> list[Any] | None:
+def _tensordict_values(params: Any, route: Route) -> Sequence[Any] | None:
     """The leaves of a TensorDict in the Route's order; ``None`` if its keys differ from
     those the Route was built on (the TensorDict was changed in the trace)."""
     assert route.nodes is not None  # a TensorDict's Route
     nodes = _descend([wrapped(params)._tensordict], route.nodes, _entries_of)
     if not _same(tuple(map(tuple, nodes)), route.node_keys):
         return None
-    return list(map(dict.__getitem__, _pick(nodes, route.leaf_nodes), route.leaf_names))
+    return tuple(map(dict.__getitem__, _pick(nodes, route.leaf_nodes), route.leaf_names))
 
 
-def _modules_of(level: list) -> list:
-    return list(map(getattr, level, _repeat("_modules")))
+def _modules_of(level: Sequence[Any]) -> tuple:
+    return tuple(map(getattr, level, _repeat("_modules")))
 
 
-def _entries_of(level: list) -> list:
+def _entries_of(level: Sequence[Any]) -> Sequence[Any]:
     return level
 
 
 def _descend(top: list, levels: Levels, containers: Any) -> list:
     """The nodes of ``levels`` below ``top``: ``top`` first, then each level."""
     found = list(top)
-    level = top
+    level: Sequence[Any] = top
     for parents, names in zip(levels.parents, levels.names):
-        level = list(map(dict.__getitem__, containers(_pick(level, parents)), names))
+        level = tuple(map(dict.__getitem__, containers(_pick(level, parents)), names))
         if containers is _entries_of:  # a TensorDict node: its entries
-            level = list(map(getattr, level, _repeat("_tensordict")))
+            level = tuple(map(getattr, level, _repeat("_tensordict")))
         found.extend(level)
     return found
 
 
-def _pick(items: Sequence[Any], indexes: tuple[int, ...]) -> list:
+def _pick(items: Sequence[Any], indexes: tuple[int, ...]) -> tuple:
     """``[items[i] for i in indexes]`` in one builtin call (``operator.itemgetter`` is a
     polyfill that Dynamo steps through per item)."""
-    return list(map(operator.getitem, _repeat(items), indexes))
+    return tuple(map(operator.getitem, _repeat(items), indexes))
 
 
 def _plan(
     route: Route,
-    slots: list[dict],
-    owners: list[nn.Module],
+    slots: Sequence[dict],
+    owners: Sequence[nn.Module],
     attributes: bool,
-    preserved: list | None,
+    preserved: list[Any] | None,
 ) -> Plan:
     """The engine's Plan of ``route`` in the traced module: entry ``i`` takes leaf ``i``;
     ``attributes``: each entry with its owner's ``__dict__`` (else ``None``); ``preserved``:
-    to_module's values as they go in."""
+    to_module's values as they go in. Its entries are made only if something reads them
+    (``Plan.entries``): the hot path reads ``slots`` and ``slot_names``."""
     plan = Plan()
-    count = len(route.names)
-    of_entries = _pick(owners, route.owner_of_entry)
-    plan.route = new_entry(RouteOnly, (of_entries, preserved))
-    dicts = map(getattr, of_entries, _repeat("__dict__")) if attributes else _repeat(None)
-    plan.entries = list(
-        map(
-            new_entry,
-            _repeat(Entry),
-            zip(slots, route.names, range(count), dicts, _pick(_KINDS, route.buffers)),
-        )
-    )
-    plan.given = count
+    only = (owners, route.owner_of_entry, route.buffers, attributes, preserved)
+    plan.route = new_entry(RouteOnly, only)
+    plan.entries = None
+    plan.given = len(route.names)
     plan.names = list(route.dotted)
     plan.slots = slots
-    plan.slot_names = list(route.names)
-    plan.pairs = list(zip(slots, route.names))
+    plan.slot_names = route.names
     plan.names_are_keys = True
     plan.traced = True
     plan.distributed = Distributed.NONE  # _decide checked: neither FSDP2 nor DDP

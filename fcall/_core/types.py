@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 import weakref
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -82,17 +83,16 @@ class Plan:
     """Where each key of a params container lives in a module tree."""
 
     __slots__ = (
+        "_entries",
         "buffer_leaves",
         "dict_groups",
         "direct",
         "distributed",
-        "entries",
         "given",
         "has_attributes",
         "layout",
         "names",
         "names_are_keys",
-        "pairs",
         "parameter_leaves",
         "reads",
         "repeated",
@@ -106,7 +106,8 @@ class Plan:
 
     def __init__(self) -> None:
         # --- the key -> slot mapping (build.py, or traced._plan for a Route) ---
-        self.entries: list[Entry] = []  # given keys first, then tied aliases
+        # given keys first, then tied aliases (a Route's plan: made on first read, below)
+        self._entries: list[Entry] | None = []
         self.given = 0  # how many entries come from params keys
         self.names: list[str] = []  # dotted module name of each entry
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
@@ -115,9 +116,8 @@ class Plan:
         self.names_are_keys = False  # a Route's: no prefix was stripped, names are keys
         self.traced = False  # built while Dynamo traces: nothing after resolve asks again
         # --- derived once by finish(), for the hot loops ---
-        self.pairs: list[tuple[dict, str]] = []  # (slot, name) of each entry
-        self.slots: list[dict] = []  # the slot of each entry: where each value goes
-        self.slot_names: list[str] = []  # the name of each entry in its slot
+        self.slots: Sequence[dict] = ()  # the slot of each entry: where each value goes
+        self.slot_names: Sequence[str] = ()  # the name of each entry in its slot
         self.direct = True  # entry i takes leaf i: no tied aliases, no repeated slot
         # entry index -> the earlier entry that names its slot too (a submodule at two
         # paths): it takes that one's value, and is never written back into params
@@ -136,10 +136,24 @@ class Plan:
         self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
         self.distributed: Distributed | None = None  # FSDP2, DDP or neither (engine.prepare)
 
+    @property
+    def entries(self) -> list[Entry]:
+        """Each key's ``Entry``. A Route's plan makes them on first read (``route_entries``):
+        traced, its hot path reads only ``slots`` and ``slot_names``, and each entry made
+        in the trace is a few of Dynamo's side effects per leaf (fcall/README.md)."""
+        entries = self._entries
+        if entries is None:
+            assert self.route is not None  # only a Route's plan defers them
+            entries = self._entries = route_entries(self, self.route)
+        return entries
+
+    @entries.setter
+    def entries(self, entries: list[Entry] | None) -> None:
+        self._entries = entries
+
     def finish(self, cached: bool = True) -> Plan:
         """Derive what the hot loops read (a plan built under Dynamo, ``cached=False``, is
         never reused: it needs only the slots)."""
-        self.pairs = [(entry.slot, entry.name) for entry in self.entries]
         self.slots = [entry.slot for entry in self.entries]
         self.slot_names = [entry.name for entry in self.entries]
         self.direct = len(self.entries) == self.given
@@ -193,12 +207,29 @@ class TreeReads:
 
 
 class RouteOnly(NamedTuple):
-    """What only a Route's traced plan carries (``traced.py`` writes it)."""
+    """What only a Route's traced plan carries (``traced.py`` writes it): entry ``i`` takes
+    leaf ``i``, and what its ``Entry`` is made of when something first reads
+    ``plan.entries``."""
 
-    owners: list[nn.Module]
-    """Each entry's owner module (``attributes_of`` reads its ``__dict__`` on need)."""
+    owners: Sequence[nn.Module]
+    """The owner modules (``attributes_of`` reads an owner's ``__dict__`` on need)."""
+    owner_of_entry: tuple[int, ...]
+    """Per entry, the index of its owner in ``owners``."""
+    buffers: tuple[bool, ...]
+    """Per entry, whether its slot is a ``_buffers`` (else a ``_parameters``)."""
+    attributes: bool
+    """Whether each ``Entry`` carries its owner's ``__dict__`` (else ``None``)."""
     preserved: list[Any] | None
     """to_module (``PRESERVE``): what each leaf goes in as, made before the dicts are read."""
+
+
+def route_entries(plan: Plan, route: RouteOnly) -> list[Entry]:
+    """The entries of a Route's plan, made from what it carries."""
+    owners = [route.owners[i] for i in route.owner_of_entry]
+    attributes = [owner.__dict__ for owner in owners] if route.attributes else [None] * len(owners)
+    kinds = [SlotKind.BUFFER if buffer else SlotKind.PARAMETER for buffer in route.buffers]
+    parts = zip(plan.slots, plan.slot_names, range(len(owners)), attributes, kinds)
+    return [new_entry(Entry, part) for part in parts]
 
 
 class StalePlan(Exception):
@@ -209,8 +240,9 @@ def attributes_of(plan: Plan, index: int) -> dict[str, Any]:
     """The ``__dict__`` of entry ``index``'s owner module."""
     attributes = plan.entries[index].attributes
     if attributes is None:  # a Route's plan (traced.py): read on first need
-        assert plan.route is not None
-        attributes = plan.route.owners[index].__dict__
+        route = plan.route
+        assert route is not None
+        attributes = route.owners[route.owner_of_entry[index]].__dict__
     return attributes
 
 
@@ -241,8 +273,9 @@ class Swap:
     mode: Mode
     leaves: Any  # flatten.Leaves
     non_blocking: bool
-    old: list[Any] = field(default_factory=list)  # what each slot held
-    new: list[Any] = field(default_factory=list)  # what each slot received
+    old: Sequence[Any] = ()  # what each slot held
+    # what each slot received (a list: a registration hook's result replaces its value)
+    new: list[Any] = field(default_factory=list)
     # per entry, only when a value changes dict: the dict each value goes into
     targets: list[dict] | None = None
     # (dict, its key order) of each dict a value left

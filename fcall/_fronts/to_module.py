@@ -14,7 +14,7 @@ undo (``_exact_inverse``, recognised by the very objects).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal, overload
 
 from tensordict import TensorDict, TensorDictBase
@@ -294,7 +294,7 @@ def _keep_refs() -> None:
     return None
 
 
-def _attach_redo(out: Any, swap: Swap, current: list[Any]) -> None:
+def _attach_redo(out: Any, swap: Swap, current: Sequence[Any]) -> None:
     """``out``, returned by ``to_module(old, module)`` that undid ``swap`` (which left
     ``current`` in the slots), puts the swap back in on exit of a ``with`` block, as
     tensordict's ``to_module`` swaps back the values it took out."""
