@@ -160,8 +160,8 @@ def _dict_shape(params: dict) -> tuple[list[tuple], list[Any]]:
     level: Sequence[Any] = [params]
     while level:
         values: list[Any] = []
-        for node in level:  # per node, not per leaf; tuple(): no side effect per value
-            values.extend(tuple(node.values()))
+        for node in level:  # per node, not per leaf
+            values.extend(node.values())
         is_dict = tuple(map(isinstance, values, _repeat(dict)))
         shape.append(
             (
