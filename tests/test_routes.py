@@ -19,6 +19,7 @@ from fcall._core import traced as _traced
 from fcall._core.build import build
 from fcall._core.routes import route_of_dict, route_of_tensordict, with_preserve
 from fcall._core.tree import unwrap
+from fcall._core.types import attributes_of
 from tests.support import Net, Tied, flat
 
 
@@ -92,6 +93,34 @@ def test_a_route_reaches_the_generic_plans_slots(case, tie_weights):
     assert slots == [(id(entry.slot), entry.name) for entry in plan.entries]
     assert [id(v) for v in values] == [id(leaves.values[e.leaf]) for e in plan.entries]
     assert list(route.dotted) == [".".join(key) for key in leaves.keys]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda case: case[0])
+@pytest.mark.parametrize("attributes", [True, False])
+def test_a_routes_plan_makes_the_generic_plans_entries_when_first_read(case, attributes):
+    """A Route's plan makes its Entry rows only when something reads ``plan.entries`` (the
+    traced hot path reads ``slots`` and ``slot_names``); then they are the generic plan's."""
+    _, params, module = case
+    route, _, values = _routed(params, module, tie_weights=False)
+    owners = _traced._descend([unwrap(module)[0]], route.owners, _traced._modules_of)
+    dicts = [owner._parameters for owner in owners]
+    dicts += [owners[i]._buffers for i in route.buffer_owners]
+    plan = _traced._plan(route, _traced._pick(dicts, route.slots), owners, attributes, None)
+    assert plan._entries is None, "made before anything read them"
+    generic, leaves = _generic(params, module, tie_weights=False)
+    made = plan.entries
+    assert plan.entries is made, "made twice"
+
+    def rows(entries, values):
+        return [(id(e.slot), e.name, id(values[e.leaf]), e.kind) for e in entries]
+
+    assert rows(made, values) == rows(generic.entries, leaves.values)
+    if attributes:
+        assert [id(e.attributes) for e in made] == [id(e.attributes) for e in generic.entries]
+    else:
+        assert all(e.attributes is None for e in made)
+    owners_dicts = [id(attributes_of(plan, i)) for i in range(len(made))]
+    assert owners_dicts == [id(e.attributes) for e in generic.entries]
 
 
 @pytest.mark.parametrize(
