@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import repeat
-from operator import is_
+from operator import is_, setitem
 from typing import Any
 
 import torch
@@ -153,10 +153,13 @@ def _write(plan: Plan, values: Sequence[Any], targets: list[dict] | None, to_end
     """The one write loop: each value into its slot (``targets``: the dict each value goes
     into, when some value changes dict; a value that moves leaves its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
-    ``del d[name]; d[name] = value`` puts it. Traced, with no value changing dict, the
-    writes are one builtin call that Dynamo runs without stepping (fcall/README.md)."""
-    if plan.traced and targets is None and not to_end:
-        tuple(map(dict.__setitem__, plan.slots, plan.slot_names, values))
+    ``del d[name]; d[name] = value`` puts it. With no value changing dict and no name
+    moved, the writes are one builtin call: a C loop in eager, and traced one that Dynamo
+    runs without stepping (fcall/README.md); ``operator.setitem`` in eager, so that a slot
+    of another mapping type than ``dict`` keeps its own ``__setitem__``."""
+    if targets is None and not to_end:
+        write = dict.__setitem__ if plan.traced else setitem
+        tuple(map(write, plan.slots, plan.slot_names, values))
         return
     for target, slot, name, value in zip(
         targets or plan.slots, plan.slots, plan.slot_names, values
@@ -186,10 +189,12 @@ def restore(swap: Swap) -> Sequence[Any]:
     # again), what each slot held, and whether any held another value than the swap put
     # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph
     # break, not a KeyError). Inline, not a helper: a call less on every restore.
-    if plan.traced and swap.targets is None and not plan.repeated:
-        # builtin calls that Dynamo runs without stepping (fcall/README.md)
+    if swap.targets is None and not plan.repeated:
+        # builtin calls: C loops in eager, and traced calls that Dynamo runs without stepping
+        # (fcall/README.md); the writes as in _write
+        write = dict.__setitem__ if plan.traced else setitem
         current: Sequence[Any] = tuple(map(dict.get, plan.slots, plan.slot_names, repeat(GONE)))
-        tuple(map(dict.__setitem__, plan.slots, plan.slot_names, swap.old))
+        tuple(map(write, plan.slots, plan.slot_names, swap.old))
         changed = False in tuple(map(is_, current, swap.new))
     else:
         held = []
