@@ -154,9 +154,9 @@ def _write(plan: Plan, values: Sequence[Any], targets: list[dict] | None, to_end
     into, when some value changes dict; a value that moves leaves its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
     ``del d[name]; d[name] = value`` puts it. With no value changing dict and no name
-    moved, the writes are one builtin call: a C loop in eager, and traced one that Dynamo
-    runs without stepping (fcall/README.md); ``operator.setitem`` in eager, so that a slot
-    of another mapping type than ``dict`` keeps its own ``__setitem__``."""
+    moved, the writes are one builtin call: in eager a C loop (``operator.setitem``, so a
+    slot of a ``dict`` subclass keeps its own ``__setitem__``), traced a call that Dynamo
+    runs without stepping (fcall/README.md)."""
     if targets is None and not to_end:
         write = dict.__setitem__ if plan.traced else setitem
         tuple(map(write, plan.slots, plan.slot_names, values))
