@@ -59,8 +59,18 @@ def requiring_grad(params: Any) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+def loss_weights(out: torch.Tensor) -> torch.Tensor:
+    """The fixed weights of ``out``'s elements in the loss the gradients are taken of:
+    ``0.5`` to ``1.5``, evenly spaced. Not all ones: ``out.sum()`` after a train-mode
+    BatchNorm (or any normalization over what is summed) is constant in its input, so the
+    gradients above it would be rounding noise, compared as if they were values."""
+    count = out.numel()
+    return torch.linspace(0.5, 1.5, count, dtype=out.dtype, device=out.device).reshape(out.shape)
+
+
 def grads(out: Any, params: Any) -> dict[str, torch.Tensor | None]:
-    """``d(sum of the floating outputs)/d(value)`` for each value of the set requiring grad."""
+    """``d(weighted sum of the floating outputs)/d(value)`` for each value of the set
+    requiring grad (``loss_weights``)."""
     wrt = requiring_grad(params)
     leaves = [
         t
@@ -69,7 +79,7 @@ def grads(out: Any, params: Any) -> dict[str, torch.Tensor | None]:
     ]
     if not wrt or not leaves:
         return {}
-    loss = torch.stack([t.float().sum() for t in leaves]).sum()
+    loss = torch.stack([(t.float() * loss_weights(t.float())).sum() for t in leaves]).sum()
     got = torch.autograd.grad(loss, [v for _, v in wrt], allow_unused=True)
     return {k: g for (k, _), g in zip(wrt, got)}
 

@@ -103,7 +103,9 @@ def check_swap_parity(
     For each backend (a name, or a ``torch.compile`` backend callable) Dynamo is reset and
     ``step(params, *inputs)``, which swaps ``params`` into ``model`` with ``api`` and calls
     it, is compiled and called with every set in turn. Checked against eager, set by set:
-    the output (by pytree path), the gradients of the sum of the outputs w.r.t. the set's
+    the output (by pytree path), the gradients of a weighted sum of the outputs (fixed
+    weights, ``loss_weights``: a plain sum after a train-mode BatchNorm has no gradient but
+    rounding noise) w.r.t. the set's
     values that require grad, the set's values and the module's buffers after the call
     (what a train-mode forward updates, BatchNorm's running stats), and, at the end, that
     the module holds the very objects it held before. Graphs are counted: a graph break
