@@ -18,7 +18,7 @@ from torch._dynamo.testing import CompileCounterWithBackend
 from torch._dynamo.utils import counters
 
 import fcall
-from fcall.testing._compare import loss_weights
+from fcall.testing._compare import weighted_sum
 
 from . import generators as gen
 
@@ -131,8 +131,7 @@ def _loss(out) -> torch.Tensor:
     ``torch.func.functional_call`` differed from eager just as much."""
     if isinstance(out, (tuple, list)):
         return sum(_loss(o) for o in out)
-    out = out.float()
-    return (out * loss_weights(out)).sum()
+    return weighted_sum(out)
 
 
 def _grads(params) -> list:

@@ -68,6 +68,12 @@ def loss_weights(out: torch.Tensor) -> torch.Tensor:
     return torch.linspace(0.5, 1.5, count, dtype=out.dtype, device=out.device).reshape(out.shape)
 
 
+def weighted_sum(out: torch.Tensor) -> torch.Tensor:
+    """The loss the gradients are taken of: ``out``, as float, weighed by ``loss_weights``."""
+    out = out.float()
+    return (out * loss_weights(out)).sum()
+
+
 def grads(out: Any, params: Any) -> dict[str, torch.Tensor | None]:
     """``d(weighted sum of the floating outputs)/d(value)`` for each value of the set
     requiring grad (``loss_weights``)."""
@@ -79,7 +85,7 @@ def grads(out: Any, params: Any) -> dict[str, torch.Tensor | None]:
     ]
     if not wrt or not leaves:
         return {}
-    loss = torch.stack([(t.float() * loss_weights(t.float())).sum() for t in leaves]).sum()
+    loss = torch.stack([weighted_sum(t) for t in leaves]).sum()
     got = torch.autograd.grad(loss, [v for _, v in wrt], allow_unused=True)
     return {k: g for (k, _), g in zip(wrt, got)}
 
