@@ -20,7 +20,14 @@ from torch import nn
 from torch._dynamo.exc import Unsupported
 
 import fcall
-from tests.support import assert_same_state, layout, state
+from tests.support import (
+    assert_same_state,
+    functional_call,
+    layout,
+    state,
+    swap_call,
+    to_module_call,
+)
 
 
 class Model(nn.Module):
@@ -34,20 +41,6 @@ class Model(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.body(x) * self.scale + self.shift
-
-
-def swap_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
-    with fcall.swap(p, m):
-        return m(x)
-
-
-def functional_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
-    return fcall.functional_call(m, p, (x,))
-
-
-def to_module_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
-    with fcall.to_module(p, m):
-        return m(x)
 
 
 APIS = [swap_call, functional_call, to_module_call]

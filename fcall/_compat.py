@@ -26,6 +26,10 @@ tensordict 0.15.3's.
   VariableTracker, its real ``value`` or a traced tensor's type and ``requires_grad``, the
   side-effect tracker's pending mutations of objects that existed before the trace, and
   whether the tracer is a higher-order op's (``vmap``).
+* ``hold_dicts``, ``settle_dicts``: the same tracker's record of a dict that existed before
+  the trace (``ConstDictVariable.items``, ``mutation_type.is_modified``, read by
+  ``SideEffects.is_modified``), the same in torch 2.13-2.15: a swapped dict that ends the
+  trace as it began is marked unchanged, so Dynamo replays nothing into it after the graph.
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ __all__ = [
     "comptime",
     "dynamo_variable",
     "has_pending_mutations",
+    "hold_dicts",
+    "settle_dicts",
     "inside_higher_order_op",
     "tensor_facts",
     "FCALL_OPS",
@@ -142,3 +148,76 @@ def tensor_facts(ctx: Any, name: str, positions: tuple[int, ...]) -> list[tuple[
             return None
         facts.append((issubclass(var.python_type(), nn.Parameter), bool(var.requires_grad)))
     return facts
+
+
+# --- a swapped dict that ends as it began is not replayed ----------------------------------
+# Dynamo replays after the graph every dict that existed before the trace and was changed in
+# it (``clear(); update(...)``), even if the trace undid the change: one write per leaf per
+# call for a module reached as a global (pytorch/pytorch#133487). ``hold_dicts`` records, as
+# a swap commits, each dict it writes; ``settle_dicts``, after the restore, marks unchanged
+# each one that holds exactly what it held (keys in order, the very same value variables)
+# and that the trace had not changed before the swap. Anything else ``forward`` did to a
+# dict (a buffer reassigned, a key added or deleted) leaves it changed, and replayed.
+
+
+def _dict_variables(ctx: Any, name: str) -> list[Any]:
+    """At trace time: the distinct dict variables of the caller's sequence ``name``."""
+    from torch._dynamo.variables.dicts import ConstDictVariable
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+
+    found: list[Any] = []
+    var = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    if isinstance(var, LazyVariableTracker):
+        var = var.realize()
+    for item in getattr(var, "items", ()):
+        if isinstance(item, LazyVariableTracker):
+            item = item.realize()
+        if isinstance(item, ConstDictVariable) and not any(item is seen for seen in found):
+            found.append(item)
+    return found
+
+
+def _items_of(var: Any) -> list[tuple[Any, Any]]:
+    return [(key.vt.as_python_constant(), value) for key, value in var.items.items()]
+
+
+def _held(ctx: Any) -> tuple[Any, dict[int, list[tuple[Any, list, bool]]]]:
+    """The side-effect tracker of this trace, and the records ``hold_dicts`` left on it
+    (they go with it: a trace restarted or abandoned starts with none)."""
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    effects = tx.output.side_effects
+    return effects, effects.__dict__.setdefault("_fcall_held", {})
+
+
+def hold_dicts(dicts: tuple[dict, ...]) -> None:
+    """Traced, before a swap writes ``dicts``: each one's items, and whether the trace had
+    changed it already (``settle_dicts`` reads them)."""
+    comptime(_hold)  # reads `dicts`
+
+
+def settle_dicts(dicts: tuple[dict, ...]) -> None:
+    """Traced, after a swap's restore: each of ``dicts`` that holds what ``hold_dicts``
+    saw, and that the trace had not changed then, is marked unchanged."""
+    comptime(_settle)  # reads `dicts`
+
+
+def _hold(ctx: Any) -> None:
+    effects, held = _held(ctx)
+    for var in _dict_variables(ctx, "dicts"):
+        held.setdefault(id(var), []).append((var, _items_of(var), effects.is_modified(var)))
+
+
+def _settle(ctx: Any) -> None:
+    _, held = _held(ctx)
+    for var in _dict_variables(ctx, "dicts"):
+        records = held.get(id(var))
+        if not records:  # held in another trace, or not by this swap
+            continue
+        _, before, changed_before = records.pop()
+        now = _items_of(var)
+        same = len(now) == len(before) and all(
+            key == key_then and value is value_then
+            for (key, value), (key_then, value_then) in zip(now, before)
+        )
+        if same and not changed_before:
+            var.mutation_type.is_modified = False

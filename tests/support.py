@@ -12,6 +12,8 @@ import torch
 from tensordict import TensorDict
 from torch import nn
 
+import fcall
+
 
 class Net(nn.Module):
     """A Linear, a BatchNorm and a non-persistent buffer."""
@@ -130,3 +132,20 @@ def layout(module: nn.Module) -> list:
     """``state`` without the objects: what two modules built alike and changed alike share
     (each slot's path, dict, name, type and requires_grad, in order)."""
     return [row[:3] + row[4:] if len(row) == 6 else row for row in state(module)]
+
+
+def swap_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
+    """``m(x)`` inside ``fcall.swap(p, m)``."""
+    with fcall.swap(p, m):
+        return m(x)
+
+
+def functional_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
+    """``fcall.functional_call(m, p, (x,))``."""
+    return fcall.functional_call(m, p, (x,))
+
+
+def to_module_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
+    """``m(x)`` inside ``fcall.to_module(p, m)``."""
+    with fcall.to_module(p, m):
+        return m(x)

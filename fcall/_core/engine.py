@@ -26,6 +26,7 @@ from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks as _hooks
 
 from .. import _errors
+from .._compat import hold_dicts, settle_dicts
 from . import distributed
 from .flatten import Leaves
 from .plan import forget, read_slots, resolve
@@ -108,6 +109,8 @@ def commit(swap: Swap) -> None:
             swap.orders = [(slot, list(slot)) for slot in _dicts_left(plan, swap.targets)]
         # (_to_end, inline: a call less on every swap)
         to_end = swap.reorder_in is not None and not plan.traced and not plan.repeated
+        if plan.traced:  # nothing for Dynamo to replay after the graph (fcall/README.md)
+            hold_dicts((*plan.slots, *(swap.targets or ())))
         _write(plan, swap.new, swap.targets, to_end)
     if swap.reorder_in is not None and (_hooks or not to_end):  # to_end: the order is given
         _reregister(swap, swap.reorder_in, swap.new, to_end)
@@ -222,6 +225,8 @@ def restore(swap: Swap) -> Sequence[Any]:
         _reset_rnn_flat_weights(rnn())  # type: ignore[arg-type]
     if swap.reorder_in is not None and (changed or _hooks):
         reregister_restored(plan, swap.reorder_in, changed)
+    if plan.traced:
+        settle_dicts((*plan.slots, *(swap.targets or ())))
     if changed:
         _write_back(swap, current)
         for now in current:  # `is`, not `GONE in current`: traced, `in` would compare
