@@ -69,7 +69,10 @@ def resolve(
     # a dict's key structure is read in the trace, a level at a time (`shape`, which
     # _decide reads as a local of this frame); a TensorDict's outside it, from the real
     # object, then checked against the traced one (_tensordict_values)
-    shape, level_values = _dict_shape(params) if isinstance(params, dict) else (None, None)  # noqa: RUF059
+    ordered = make_parameters or group_by_dict  # to_module: the order is tensordict's order
+    shape, level_values = (  # noqa: RUF059
+        _dict_shape(params, ordered) if isinstance(params, dict) else (None, None)
+    )
     comptime(_decide)  # reads module, params, shape, api, tie_weights (locals here)
     route = _decided()
     if route is None:
@@ -151,25 +154,26 @@ def _slot_values(slots: Sequence[dict], names: tuple[str, ...], entries: tuple[i
     return tuple(map(dict.__getitem__, _pick(slots, entries), _pick(names, entries)))
 
 
-def _dict_shape(params: dict) -> tuple[list[tuple], list[Any]]:
+def _dict_shape(params: dict, ordered: bool) -> tuple[list[tuple], list[Any]]:
     """A (nested) dict's structure as constants, a level at a time: per level, each
     node's keys and which values are dicts and which tensors; and every level's values,
-    in that order (a Route picks the leaves from them)."""
+    in that order (a Route picks the leaves from them). Unless ``ordered``, each value is
+    read by its key: Dynamo then guards each node's length and keys, not their order, so
+    one compiled frame serves the same keys in any order (the Route reads by name too)."""
     shape: list[tuple] = []
     everything: list[Any] = []
     level: Sequence[Any] = [params]
     while level:
+        level_keys = tuple(map(tuple, level))
         values: list[Any] = []
-        for node in level:  # per node, not per leaf
-            values.extend(node.values())
+        if ordered:
+            for node in level:  # per node, not per leaf
+                values.extend(node.values())
+        else:
+            for node, keys in zip(level, level_keys):
+                values.extend(map(dict.__getitem__, _repeat(node), keys))
         is_dict = tuple(map(isinstance, values, _repeat(dict)))
-        shape.append(
-            (
-                tuple(map(tuple, level)),
-                is_dict,
-                tuple(map(isinstance, values, _repeat(torch.Tensor))),
-            )
-        )
+        shape.append((level_keys, is_dict, tuple(map(isinstance, values, _repeat(torch.Tensor)))))
         everything.extend(values)
         level = _pick(values, _where(is_dict))
     return shape, everything
