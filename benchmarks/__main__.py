@@ -26,6 +26,7 @@ SUITES = {
     "parameter_cost": "what a Parameter per leaf costs to_module with plain tensors",
     "dynamo_steps": "bytecode steps Dynamo traces to compile a swap, per function",
     "call_path": "the fcall modules and functions a warm eager call of each API runs through",
+    "floor": "compiled swaps per call and first call beside the model alone, per holding form",
     "first_compile": "first compile (steps, CPU s) and compiled calls vs the model and torch.func",
     "step_share": "the eager swap's share of four realistic steps",
     "side_effects": "what a process using fcall pays where it does not call fcall",

@@ -32,7 +32,7 @@ def _generic(params, module, tie_weights=True):
 def _routed(params, module, tie_weights=True):
     """The Route of ``params`` in ``module`` run in eager: (slot, name, value) per entry."""
     if isinstance(params, dict):
-        shape, level_values = _traced._dict_shape(params)
+        shape, level_values = _traced._dict_shape(params, ordered=False)
         route = route_of_dict(shape, module, "t", tie_weights)
         if route is None:
             return None
