@@ -11,31 +11,15 @@ settle_dicts``); a dict whose items differ (``forward`` changed it) is replayed 
 
 from __future__ import annotations
 
-import dis
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
-from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
 import fcall
-from tests.support import functional_call, swap_call, to_module_call
-
-# the opcodes and methods through which transformed code writes into a dict or an object
-_WRITES = {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR"}
-_WRITE_METHODS = {"clear", "update", "__setitem__", "__delitem__", "pop", "setdefault"}
-
-
-def writes_after_the_graph(code: Any) -> list[tuple[str, Any]]:
-    """The writes in the transformed code of the one cache entry of ``code``."""
-    (entry,) = _debug_get_cache_entry_list(code)
-    return [
-        (ins.opname, ins.argval)
-        for ins in dis.get_instructions(entry.code)
-        if ins.opname in _WRITES or ins.argval in _WRITE_METHODS
-    ]
+from tests.support import functional_call, swap_call, to_module_call, writes_after_the_graph
 
 
 class Block(nn.Module):

@@ -181,6 +181,14 @@ def _items_of(var: Any) -> list[tuple[Any, Any]]:
     return [(key.vt.as_python_constant(), value) for key, value in var.items.items()]
 
 
+def _unwrapped(value: Any) -> Any:
+    """A lazy variable that was read is the variable reading it made (what a restore
+    writes back); an unread one is itself."""
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+
+    return value.unwrap() if isinstance(value, LazyVariableTracker) else value
+
+
 def _held(ctx: Any) -> tuple[Any, dict[int, list[tuple[Any, list, bool]]]]:
     """The side-effect tracker of this trace, and the records ``hold_dicts`` left on it
     (they go with it: a trace restarted or abandoned starts with none)."""
@@ -216,7 +224,7 @@ def _settle(ctx: Any) -> None:
         _, before, changed_before = records.pop()
         now = _items_of(var)
         same = len(now) == len(before) and all(
-            key == key_then and value is value_then
+            key == key_then and _unwrapped(value) is _unwrapped(value_then)
             for (key, value), (key_then, value_then) in zip(now, before)
         )
         if same and not changed_before:

@@ -35,6 +35,10 @@ def dotted(key: tuple[str, ...]) -> str:
     return ".".join(key)
 
 
+def quoted(names: Iterable[str]) -> str:
+    return ", ".join(repr(name) for name in names)
+
+
 # Run, not traced, while Dynamo traces (assume_constant_result: Dynamo calls it and
 # takes the string as a constant): tracing difflib would take tens of seconds before
 # the KeyError. Not torch.compiler.disable: under fullgraph=True the call of a disabled
@@ -51,6 +55,15 @@ def unknown_key(api: str, key: tuple[str, ...], root_name: str, names: list[str]
         f"{api}: {dotted(key)!r} names no parameter or buffer of {root_name} "
         f"(the nearest existing keys: {nearest_names(dotted(key), names)}). "
         f"Keys must match module.named_parameters() / named_buffers(). {UNCHANGED}"
+    )
+
+
+def parametrized_key(api: str, key: tuple[str, ...], originals: list[str]) -> str:
+    return (
+        f"{api}: {dotted(key)!r} is a parametrized tensor (torch.nn.utils.parametrize); its "
+        f"values are the parametrization's originals: {quoted(originals)}. Give those keys (the "
+        f"parametrization then runs on them), or call fcall.functional_call, where the plain "
+        f"name disables the parametrization for the call. {UNCHANGED}"
     )
 
 
@@ -161,9 +174,8 @@ def bad_swap_dest(api: str, swap_dest: object) -> str:
 
 
 def given_twice(api: str, names: list[str]) -> str:
-    listed = ", ".join(repr(name) for name in names)
     return (
-        f"{api}: params gives {listed} more than once (for example as a flat "
+        f"{api}: params gives {quoted(names)} more than once (for example as a flat "
         f"'a.b' key and as a nested one). Give each parameter or buffer once. {UNCHANGED}"
     )
 
@@ -178,11 +190,10 @@ def bad_params_part(api: str, position: int, part: object) -> str:
 
 
 def given_in_two_dicts(api: str, names: list[str]) -> str:
-    listed = ", ".join(repr(name) for name in names)
     return (
         f"{names} appeared in multiple dictionaries; behavior of functional call is "
         f"ambiguous.\n"
-        f"{api}: {listed} appeared in more than one of the params dicts, so which value "
+        f"{api}: {quoted(names)} appeared in more than one of the params dicts, so which value "
         f"to use is ambiguous. Give each key in one dict only. {UNCHANGED}"
     )
 
@@ -197,11 +208,10 @@ def scripted_module(api: str, module: object) -> str:
 
 
 def slot_taken_in_block(names: list[str]) -> str:
-    listed = ", ".join(repr(name) for name in names)
     return (
-        f"fcall: inside the block, {listed} left its slot and the name now holds something "
+        f"fcall: inside the block, {quoted(names)} left its slot and the name now holds something "
         f"else (a parametrization, a plain attribute, another parameter, buffer or "
-        f"submodule): every other slot was restored, and {listed} kept what the block "
+        f"submodule): every other slot was restored, and {quoted(names)} kept what the block "
         f"made of it. Register parametrizations, pruning or deletions outside the swap."
     )
 

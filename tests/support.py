@@ -8,6 +8,9 @@ that holds them (parameter / buffer / plain attribute) and its order, their
 
 from __future__ import annotations
 
+import dis
+from typing import Any
+
 import torch
 from tensordict import TensorDict
 from torch import nn
@@ -149,3 +152,20 @@ def to_module_call(m: nn.Module, p: object, x: torch.Tensor) -> torch.Tensor:
     """``m(x)`` inside ``fcall.to_module(p, m)``."""
     with fcall.to_module(p, m):
         return m(x)
+
+
+# the opcodes and methods through which transformed code writes into a dict or an object
+_WRITES = {"STORE_SUBSCR", "DELETE_SUBSCR", "STORE_ATTR", "DELETE_ATTR"}
+_WRITE_METHODS = {"clear", "update", "__setitem__", "__delitem__", "pop", "setdefault"}
+
+
+def writes_after_the_graph(code: Any) -> list[tuple[str, Any]]:
+    """The writes in the transformed code of the one cache entry of ``code``."""
+    from torch._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    (entry,) = _debug_get_cache_entry_list(code)
+    return [
+        (ins.opname, ins.argval)
+        for ins in dis.get_instructions(entry.code)
+        if ins.opname in _WRITES or ins.argval in _WRITE_METHODS
+    ]

@@ -14,6 +14,7 @@ import weakref
 
 import torch
 from torch import nn
+from torch.nn.utils import parametrize
 
 from .. import _errors
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
@@ -69,6 +70,10 @@ def _add_key(
         node = _node_at(prefix, nodes, plan, reads)
     if node is None or not _add_leaf(node, name, leaf, plan):
         names = list(all_named_tensors(root))
+        if node is not None and parametrize.is_parametrized(node.owner, name):
+            start = f"{prefix}.parametrizations.{name}." if prefix else f"parametrizations.{name}."
+            originals = [n for n in names if n.startswith(start + "original")]
+            raise _errors.UnknownKey(_errors.parametrized_key(api, key, originals))
         raise _errors.UnknownKey(_errors.unknown_key(api, key, type(root).__name__, names))
     plan.names.append(prefix + "." + name if prefix else name)
     if not prefix:

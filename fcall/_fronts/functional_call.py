@@ -32,6 +32,7 @@ from .._core.engine import restore, swap_in, write_back
 from .._core.flatten import Leaves, flatten
 from .._core.ties import all_named_tensors, names_and_ties
 from .._core.tree import owner_at, slot_of, strip, unwrap, unwrap_for_keys
+from . import parametrized
 from .swap import Params
 
 __all__ = ["functional_call"]
@@ -115,12 +116,17 @@ def _call_with_extras(
     swapped, _ = swap_in(found.known, module, api, strict, tie_weights)
     try:
         for extra in found.extras:
-            setattr(extra.owner, extra.name, extra.value)
+            if extra.parametrized:  # the parametrization off for the call, as torch documents
+                extra.old = parametrized.bypass(extra.owner, extra.name, extra.value)  # type: ignore[arg-type]
+            else:
+                setattr(extra.owner, extra.name, extra.value)
         try:
             return module(*args, **kwargs)
         finally:
             for extra in reversed(found.extras):
-                if extra.old is _MISSING:
+                if extra.parametrized:
+                    parametrized.undo(extra.old)
+                elif extra.old is _MISSING:
                     if hasattr(extra.owner, extra.name):
                         delattr(extra.owner, extra.name)
                 else:
@@ -192,6 +198,7 @@ class _Extra:
     value: Any
     old: Any
     owner: nn.Module | None = None
+    parametrized: bool = False  # a parametrized tensor's plain name (parametrized.py)
 
 
 @dataclass(slots=True)
@@ -252,7 +259,9 @@ def _check_extras(module: nn.Module, extras: list[_Extra]) -> None:
         extra.owner = _submodule(root, extra.path)
         if extra.value is not None and not isinstance(extra.value, torch.Tensor):
             raise TypeError(f"{extra.value} is not an instance of torch.Tensor")
-        if hasattr(extra.owner, extra.name):
+        if parametrized.is_parametrized(extra.owner, extra.name):
+            extra.parametrized = True  # its old value is not read: no parametrization runs
+        elif hasattr(extra.owner, extra.name):
             old = getattr(extra.owner, extra.name)
             if old is not None and not isinstance(old, torch.Tensor):
                 raise TypeError(
