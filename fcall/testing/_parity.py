@@ -14,7 +14,7 @@ from torch import nn
 
 import fcall
 
-from . import _compare
+from . import _compare, _second_order
 from ._backend import Backend, CountingBackend, backend_name
 from ._breaks import GraphBreak, count_breaks, from_unsupported
 from ._layout import Layout, flat_items
@@ -97,6 +97,7 @@ def check_swap_parity(
     check_grads: bool = True,
     atol: float | None = None,
     rtol: float | None = None,
+    order: int = 1,
 ) -> ParityReport:
     """Checks that swapping each param set into ``model`` compiles once and matches eager.
 
@@ -126,6 +127,13 @@ def check_swap_parity(
         atol: absolute tolerance of ``torch.testing.assert_close`` (its per-dtype
             default when both are ``None``; give one and the other is 0).
         rtol: relative tolerance, likewise.
+        order: ``2`` also checks second-order gradients as MAML computes them: per backend,
+            the inner step (the swapped forward, ``autograd.grad(..., create_graph=True)``
+            of its loss, the values moved one step, the swapped forward again) is compiled
+            as one function (``fullgraph=False``: ``autograd.grad`` breaks the graph), and
+            the gradient of its loss w.r.t. the values that require grad is compared with
+            eager's. A compiled result that is the first-order (FOMAML) one fails as
+            ``Failure.FIRST_ORDER`` (AOTAutograd backends drop the term silently).
 
     Returns:
         A ``ParityReport`` (per backend: graphs, breaks, recompiles, largest difference).
@@ -135,8 +143,9 @@ def check_swap_parity(
             (``1 param float32→float64, `0.weight```), where the graph broke (the user's
             file and line, Dynamo's reason) or which value differs (the backend, the
             output or gradient path, the largest absolute difference).
-        ValueError: an unknown ``api``, no backend, no param set, or ``max_graph_breaks``
-            with ``fullgraph=True``.
+        ValueError: an unknown ``api``, no backend, no param set, ``max_graph_breaks``
+            with ``fullgraph=True``, an ``order`` other than 1 or 2, or ``order=2`` with a
+            set of which no value requires grad.
 
     Example:
         >>> import torch, fcall
@@ -149,6 +158,8 @@ def check_swap_parity(
     """
     if api not in APIS:
         raise ValueError(f"check_swap_parity: api must be one of {APIS}, got {api!r}.")
+    if order not in (1, 2):
+        raise ValueError(f"check_swap_parity: order must be 1 or 2, got {order!r}.")
     sets = list(param_sets)
     if not sets:
         raise ValueError("check_swap_parity: param_sets is empty; give at least one set.")
@@ -171,8 +182,8 @@ def check_swap_parity(
     after = _compare.module_slots(model)
     # to_module registers the names it writes again, as tensordict's: eager's order is the
     # reference for the compiled runs; swap and functional_call keep the module's own
-    order = [slot.path for slot in after] if api == "to_module" else None
-    problem = _compare.restore_problem(slots, after, order)
+    registered = [slot.path for slot in after] if api == "to_module" else None
+    problem = _compare.restore_problem(slots, after, registered)
     if problem is not None:
         raise ParityError(Failure.RESTORE, f"eager, after the swaps: {problem}")
     breaks: list[GraphBreak] = []
@@ -191,11 +202,14 @@ def check_swap_parity(
         for backend in backends:
             _compare.put_values(slots, initial)
             checker = _Checker(
-                model, step, sets, args, eager, slots, order, initial, check_grads, atol, rtol
+                model, step, sets, args, eager, slots, registered, initial, check_grads, atol, rtol
             )
             limit = max(torch._dynamo.config.recompile_limit, max_recompiles + 2)
             with torch._dynamo.config.patch(recompile_limit=limit):
                 reports.append(checker.run(backend, fullgraph, max_recompiles, tuple(breaks)))
+        if order == 2:
+            _compare.put_values(slots, initial)
+            _second_order.check(step, sets, args, backends, atol, rtol)
     finally:
         torch._dynamo.reset()
         _compare.put_values(slots, {**initial, **eager[-1].module_changed})

@@ -21,6 +21,7 @@ class Failure(enum.Enum):
     RESTORE = "restore"
     EAGER_FALLBACK = "eager fallback"
     ERROR = "error"
+    FIRST_ORDER = "first order"  # order=2: a meta-gradient without its second-order term
 
 
 class ParityError(AssertionError):
