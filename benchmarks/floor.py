@@ -249,14 +249,14 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
                     title = f"per call, {leaves} leaves, {backend}, grad {grad}"
                     start = time.perf_counter()
                     rows = per_call(leaves, backend, grad == "on", args.forms, rounds)
-                    record.results.setdefault("per_call", {})[title] = rows
+                    record.results[title] = rows
                     fields = [f"{form} x" for form in args.forms]
                     h.print_rows(f"{title} ({time.perf_counter() - start:.0f} s)", rows, fields)
                     record.save()
     if "first_call" in args.sections:
         sizes = args.sizes or ([20] if args.quick else [200, 1000])
         rows = first_call(sizes, args.apis, 1 if args.quick else args.repeat)
-        record.results["first_call"] = rows
+        record.results["first call (fresh processes, inductor, no_grad)"] = rows
         fields = ["wall s", "x model", "dynamo s", "backend s", "imports s", "fx cache hits"]
         h.print_rows("first call (fresh processes, inductor, no_grad)", rows, fields)
         record.save()

@@ -51,6 +51,8 @@ def build(
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise KeyError(_errors.given_twice(api, twice))
     complete(plan, reads, nodes, root, api, tie_weights=tie_weights, strict=strict, traced=traced)
+    if traced and reads.may_repeat_slots:  # finish() finds repeated slots by their owner
+        reads.owners = [nodes[name.rpartition(".")[0]].owner for name in plan.names]
     return plan.finish(cached=not traced)
 
 

@@ -177,9 +177,13 @@ class Plan:
         written and restored as plain entries, never written back into params."""
         first: dict[tuple[int, str], int] = {}
         repeated = {}
+        # traced, by the owner module: a module's names are unique over its dicts, and
+        # Dynamo (torch 2.11-2.12) traces id() of a module, not of a dict
+        owners = None if self.reads is None else self.reads.owners
         for index in range(len(self.entries)):
             slot, name, _, attributes, kind = self.entries[index]
-            seen = first.setdefault((id(slot), name), index)
+            identity = id(slot) if owners is None else id(owners[index])
+            seen = first.setdefault((identity, name), index)
             if seen != index:
                 leaf = self.entries[seen].leaf
                 self.entries[index] = new_entry(Entry, (slot, name, leaf, attributes, kind))
@@ -204,6 +208,8 @@ class TreeReads:
     may_repeat_slots: bool = False
     """Traced: the build found a tensor under two names, so ``finish`` looks for a slot
     that two entries name (``id(slot)`` is a guard on the dict; eager always looks)."""
+    owners: list[nn.Module] | None = None
+    """Traced, where slots may repeat: each entry's owner module (``Plan._find_repeated``)."""
 
 
 class RouteOnly(NamedTuple):
