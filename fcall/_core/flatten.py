@@ -333,7 +333,10 @@ class OldValues(TensorDict):
         attributes = self.__dict__
         entries = attributes.get("_entries")
         if entries is None:
-            layout, names, values, _ = attributes.pop("_layout_and_values")  # an _Unbuilt
+            # an _Unbuilt, read then dropped: `pop` on an object's __dict__ is not traced by
+            # Dynamo 2.11
+            layout, names, values, _ = attributes["_layout_and_values"]
+            attributes["_layout_and_values"] = None
             if layout is None:
                 layout = layout_of([tuple(name.split(".")) for name in names])
             entries = attributes["_entries"] = _from_layout(layout, values)._tensordict
@@ -342,7 +345,7 @@ class OldValues(TensorDict):
     @_tensordict.setter
     def _tensordict(self, entries: dict) -> None:
         self.__dict__["_entries"] = entries
-        self.__dict__.pop("_layout_and_values", None)
+        self.__dict__["_layout_and_values"] = None
 
     # TensorDict's __enter__/__exit__ (tensordict/base.py), without what costs more
     # than a small swap: a tensorclass check on each, and a hasattr that misses

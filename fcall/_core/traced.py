@@ -234,7 +234,9 @@ def _plan(
     plan = Plan()
     only = (owners, route.owner_of_entry, route.buffers, attributes, preserved)
     plan.route = new_entry(RouteOnly, only)
-    plan.entries = None
+    # made on first read (Plan.entries); the slot, not the property's setter, which Dynamo
+    # 2.11 stores as a plain attribute over the property
+    plan._entries = None
     plan.given = len(route.names)
     plan.names = list(route.dotted)
     plan.slots = slots
