@@ -25,6 +25,7 @@ for each (``torch._dynamo.utils.compile_times``, graph-break-free).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
@@ -81,6 +82,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rounds", type=int, default=15, help="per_call: interleaved rounds")
     parser.add_argument("--repeat", type=int, default=2, help="first_call: rounds of processes")
     parser.add_argument("--apis", nargs="+", default=["model", "swap", "functional_call"])
+    parser.add_argument("--cells", nargs="+", choices=CELLS, help="per_call: these cells only")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # first_call: one process's cell
 
 
@@ -129,8 +131,13 @@ def compiled(cell: str, form: str, model: nn.Module, backend: str) -> Callable[[
     return torch.compile(holder, backend=backend, fullgraph=True)
 
 
-def per_call(leaves: int, backend: str, grad: bool, forms: list[str], rounds: int) -> dict:
-    """Per call, each cell over the model of its form, for every form."""
+def per_call(
+    leaves: int, backend: str, grad: bool, forms: list[str], rounds: int, cells: list[str]
+) -> dict:
+    """Per call, each cell over the model of its form, for every form. The objects made
+    before the rounds are frozen out of the garbage collector's walks
+    (``gc.freeze``): tens of models and containers alive at once would otherwise make each
+    collection, set off by whichever cell allocates, cost in proportion to them all."""
     torch._dynamo.reset()
     torch._dynamo.config.recompile_limit = 64
     x = torch.randn(16, 8)
@@ -138,14 +145,19 @@ def per_call(leaves: int, backend: str, grad: bool, forms: list[str], rounds: in
     with torch.set_grad_enabled(grad):
         for form in forms:
             model = model_of(leaves)
-            for cell in CELLS:
+            for cell in ["model", *(c for c in cells if c != "model")]:
                 fn, p = compiled(cell, form, model, backend), params_of(model, cell, grad)
                 fns[f"{form}: {cell}"] = (lambda fn, p: lambda: fn(x, p))(fn, p)
                 h.warm(fns[f"{form}: {cell}"], 3)
         number = h.calls_in(fns[f"{forms[0]}: model"], 0.02, most=200)
-        times, beside = h.rounds_of(
-            fns, rounds, number, peer_of=lambda name: name.split(":")[0] + ": model"
-        )
+        gc.collect()
+        gc.freeze()  # the cells' models and containers: not walked by every collection
+        try:
+            times, beside = h.rounds_of(
+                fns, rounds, number, peer_of=lambda name: name.split(":")[0] + ": model"
+            )
+        finally:
+            gc.unfreeze()
     rows: dict[str, dict] = {}
     for name, samples in times.items():
         form, cell = name.split(": ", 1)
@@ -153,6 +165,50 @@ def per_call(leaves: int, backend: str, grad: bool, forms: list[str], rounds: in
         row[f"{form} us"] = h.median(samples) * 1e6
         if name in beside:
             row[f"{form} x"] = h.paired(samples, beside[name])
+    return rows
+
+
+def guards(leaves: int, rounds: int) -> dict:
+    """What stands between a swap and the model per call: each cell (a closure, backend
+    eager, ``no_grad``) timed whole and its guard check alone (the guard manager of its one
+    cache entry), with the guards Dynamo installed, by kind."""
+    torch._dynamo.reset()
+    x = torch.randn(16, 8)
+    cells = ("model", "swap flat", "swap tensordict", "functional_call flat", "torch.func flat")
+    fns: dict[str, h.Fn] = {}
+    checks: dict[str, h.Fn] = {}
+    kinds: dict[str, dict[str, float]] = {}
+    with torch.no_grad():
+        for cell in cells:
+            model = model_of(leaves)
+            fn, p = compiled(cell, "closure", model, "eager"), params_of(model, cell)
+            fns[cell] = (lambda fn, p: lambda: fn(x, p))(fn, p)
+            h.warm(fns[cell], 3)
+            code = fn._torchdynamo_orig_callable.__code__  # type: ignore[attr-defined]
+            (entry,) = torch._dynamo.eval_frame._debug_get_cache_entry_list(code)
+            frame = {"x": x, "p": p, "model": model}
+            checks[cell] = (lambda m, f: lambda: m.check(f))(entry.guard_manager, frame)
+            text = str(entry.guard_manager)
+            kinds[cell] = {
+                kind: float(text.count(f"+- {kind}"))
+                for kind in ("TENSOR_MATCH", "TYPE_MATCH", "DICT_LENGTH", "EQUALS_MATCH")
+            }
+            kinds[cell]["NO_TENSOR_ALIASING"] = float("NO_TENSOR_ALIASING: check" in text)
+        number = h.calls_in(fns["model"], 0.02, most=200)
+        gc.collect()
+        gc.freeze()  # as in per_call
+        times, _ = h.rounds_of(
+            {**fns, **{f"{c} guards": g for c, g in checks.items()}}, rounds, number
+        )
+    gc.unfreeze()
+    rows = {}
+    for cell in cells:
+        call, check = h.median(times[cell]), h.median(times[f"{cell} guards"])
+        rows[cell] = {"call us": call * 1e6, "guards us": check * 1e6, **kinds[cell]}
+    floor_call, floor_guards = rows["model"]["call us"], rows["model"]["guards us"]
+    for row in rows.values():
+        row["call - model us"] = row["call us"] - floor_call
+        row["guards - model us"] = row["guards us"] - floor_guards
     return rows
 
 
@@ -233,7 +289,7 @@ def first_call(sizes: list[int], apis: list[str], repeat: int) -> dict:
     return rows
 
 
-SECTIONS = ("per_call", "first_call")
+SECTIONS = ("per_call", "guards", "first_call")
 
 
 def run(args: argparse.Namespace, record: h.Recorder) -> None:
@@ -248,11 +304,20 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
                 for grad in args.grad:
                     title = f"per call, {leaves} leaves, {backend}, grad {grad}"
                     start = time.perf_counter()
-                    rows = per_call(leaves, backend, grad == "on", args.forms, rounds)
+                    cells = args.cells or list(CELLS)
+                    rows = per_call(leaves, backend, grad == "on", args.forms, rounds, cells)
                     record.results[title] = rows
                     fields = [f"{form} x" for form in args.forms]
                     h.print_rows(f"{title} ({time.perf_counter() - start:.0f} s)", rows, fields)
                     record.save()
+    if "guards" in args.sections:
+        for leaves in args.sizes or ([20] if args.quick else [100, 1000]):
+            rows = guards(leaves, 3 if args.quick else args.rounds)
+            title = f"guards, {leaves} leaves (closure, eager, no_grad)"
+            record.results[title] = rows
+            fields = ["call us", "guards us", "call - model us", "guards - model us"]
+            h.print_rows(title, rows, fields)
+            record.save()
     if "first_call" in args.sections:
         sizes = args.sizes or ([20] if args.quick else [200, 1000])
         rows = first_call(sizes, args.apis, 1 if args.quick else args.repeat)

@@ -19,7 +19,7 @@ def test_the_page_holds_the_tables_the_committed_json_makes():
     page = _report.PAGE.read_text()
     assert _report.render(page) == page, "run `python -m benchmarks report`"
     committed = {path.stem for path in _harness.RESULTS.glob("*.json")}
-    assert committed == set(_report.blocks(page)) == {"first_compile", "matrix", "swap"}
+    assert committed == set(_report.blocks(page)) == {"first_compile", "floor", "matrix", "swap"}
 
 
 def test_the_page_opens_with_the_results_then_how_to_reproduce_then_method():
