@@ -166,7 +166,10 @@ def _dict_variables(ctx: Any, name: str) -> list[Any]:
     from torch._dynamo.variables.lazy import LazyVariableTracker
 
     found: list[Any] = []
-    var = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    try:
+        var = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    except KeyError:  # not in the frame's state: nothing held or settled, Dynamo replays
+        return found
     if isinstance(var, LazyVariableTracker):
         var = var.realize()
     for item in getattr(var, "items", ()):
@@ -201,12 +204,20 @@ def hold_dicts(dicts: tuple[dict, ...]) -> None:
     """Traced, before a swap writes ``dicts``: each one's items, and whether the trace had
     changed it already (``settle_dicts`` reads them)."""
     comptime(_hold)  # reads `dicts`
+    _alive(dicts)
 
 
 def settle_dicts(dicts: tuple[dict, ...]) -> None:
     """Traced, after a swap's restore: each of ``dicts`` that holds what ``hold_dicts``
     saw, and that the trace had not changed then, is marked unchanged."""
     comptime(_settle)  # reads `dicts`
+    _alive(dicts)
+
+
+def _alive(dicts: tuple[dict, ...]) -> None:
+    """Read after the ``comptime`` call, so that ``dicts`` is a live local there: Dynamo 2.14
+    drops from its frame state, in some frames (an exception's ``__exit__``), the locals
+    that no later code reads."""
 
 
 def _hold(ctx: Any) -> None:
