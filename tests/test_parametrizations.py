@@ -139,3 +139,26 @@ def test_swap_and_to_module_raise_naming_the_originals(api):
             fcall.to_module({"0.weight": torch.randn(3, 3)}, model)
     assert raised.value.args[0] == PARAMETRIZED.format(api=api)
     _assert_bit_exact(model, before)
+
+
+class Scaled(nn.Module):
+    """A module whose parametrized tensor is a buffer: its original is a buffer too."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("scale", torch.ones(3))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.scale
+
+
+def test_a_parametrized_buffer_is_disabled_too():
+    model = Scaled()
+    parametrize.register_parametrization(model, "scale", Doubled())
+    original = model.parametrizations.scale.original
+    before = original.clone()
+    x, scale = torch.randn(2, 3), torch.full((3,), 5.0)
+    torch.testing.assert_close(fcall.functional_call(model, {"scale": scale}, (x,)), x * scale)
+    assert model.parametrizations.scale.original is original
+    assert torch.equal(original, before)
+    torch.testing.assert_close(model(x), x * 2 * before)

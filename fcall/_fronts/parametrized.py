@@ -41,7 +41,7 @@ class Bypass:
     """What ``bypass`` changed in one ``ParametrizationList``, to undo it."""
 
     modules: dict[str, Any]  # the list's _modules
-    parameters: dict[str, Any]  # the list's _parameters (or _buffers, where the original is)
+    slot: dict[str, Any]  # the dict of the first original: the list's _parameters or _buffers
     original: str  # the first original's name
     old_modules: list[tuple[str, Any]]  # the list's _modules as they were, in order
     old_original: Any
@@ -55,7 +55,9 @@ def is_parametrized(owner: Any, name: str) -> bool:
 def bypass(owner: nn.Module, name: str, value: Any) -> Bypass:
     """``owner.name`` is ``value`` until ``undo``; nothing of the parametrization is run."""
     plist: Any = owner.parametrizations._modules[name]  # type: ignore[union-attr]
-    original = "original" if "original" in plist._parameters else "original0"
+    # `original` for a parametrization of one tensor, `original0...` for one that its
+    # right_inverse splits; a Parameter's originals are Parameters, a buffer's buffers
+    original = "original" if plist.is_tensor else "original0"
     slot = plist._parameters if original in plist._parameters else plist._buffers
     modules = plist._modules
     done = Bypass(modules, slot, original, list(modules.items()), slot[original])
@@ -71,6 +73,6 @@ def undo(done: Bypass) -> None:
     """The very same parametrization back, its modules in their order, its original."""
     done.modules.clear()
     done.modules.update(done.old_modules)
-    done.parameters[done.original] = done.old_original
+    done.slot[done.original] = done.old_original
     if torch.compiler.is_compiling():
-        settle_dicts((done.modules, done.parameters))
+        settle_dicts((done.modules, done.slot))
