@@ -184,10 +184,11 @@ def guards(leaves: int, rounds: int) -> dict:
             fn, p = compiled(cell, "closure", model, "eager"), params_of(model, cell)
             fns[cell] = (lambda fn, p: lambda: fn(x, p))(fn, p)
             h.warm(fns[cell], 3)
-            code = fn._torchdynamo_orig_callable.__code__  # type: ignore[attr-defined]
-            (entry,) = torch._dynamo.eval_frame._debug_get_cache_entry_list(code)
-            frame = {"x": x, "p": p, "model": model}
-            checks[cell] = (lambda m, f: lambda: m.check(f))(entry.guard_manager, frame)
+            original = fn._torchdynamo_orig_callable  # type: ignore[attr-defined]
+            check = h.guard_check(original, x, p)
+            assert check is not None, f"{cell} recompiled"
+            checks[cell] = check
+            (entry,) = torch._dynamo.eval_frame._debug_get_cache_entry_list(original.__code__)
             text = str(entry.guard_manager)
             kinds[cell] = {
                 kind: float(text.count(f"+- {kind}"))

@@ -74,6 +74,11 @@ def weighted_sum(out: torch.Tensor) -> torch.Tensor:
     return (out * loss_weights(out)).sum()
 
 
+def loss_of(outputs: list[torch.Tensor]) -> torch.Tensor:
+    """The loss gradients are taken of: the sum of each output's ``weighted_sum``."""
+    return torch.stack([weighted_sum(t) for t in outputs]).sum()
+
+
 def grads(out: Any, params: Any) -> dict[str, torch.Tensor | None]:
     """``d(weighted sum of the floating outputs)/d(value)`` for each value of the set
     requiring grad (``loss_weights``)."""
@@ -85,7 +90,7 @@ def grads(out: Any, params: Any) -> dict[str, torch.Tensor | None]:
     ]
     if not wrt or not leaves:
         return {}
-    loss = torch.stack([weighted_sum(t) for t in leaves]).sum()
+    loss = loss_of(leaves)
     got = torch.autograd.grad(loss, [v for _, v in wrt], allow_unused=True)
     return {k: g for (k, _), g in zip(wrt, got)}
 

@@ -26,9 +26,10 @@ INNER_LR = 0.5  # the inner step's learning rate
 
 
 def _loss(out: Any) -> torch.Tensor:
-    leaves = [t for t in pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
-    floating = [t for t in leaves if t.is_floating_point()]
-    return torch.stack([_compare.weighted_sum(t) for t in floating]).sum()
+    leaves = pytree.tree_leaves(out)
+    return _compare.loss_of(
+        [t for t in leaves if isinstance(t, torch.Tensor) and t.is_floating_point()]
+    )
 
 
 def _meta_loss(step: Callable[..., Any], keys: tuple[str, ...], create_graph: bool) -> Callable:
