@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 import fcall
-from tests.support import functional_call, swap_call
+from tests.support import assert_frames, functional_call, key_order_recompiles, swap_call
 
 
 def _model() -> nn.Module:
@@ -50,7 +50,8 @@ def _containers(kind: str, flat: dict[str, Any]) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("kind", ["flat", "nested"])
 @pytest.mark.parametrize("api", [swap_call, functional_call], ids=lambda f: f.__name__)
-def test_any_key_order_compiles_one_frame_and_gives_eagers_result(counter, api, kind):
+def test_any_key_order_compiles_one_frame_and_gives_eagers_result(request, counter, api, kind):
+    key_order_recompiles(request)
     model, eager = _model(), _model()
     before = list(model.state_dict(keep_vars=True).values())
     cnt = counter("eager")
@@ -59,8 +60,8 @@ def test_any_key_order_compiles_one_frame_and_gives_eagers_result(counter, api, 
     with torch.no_grad():
         for params in _containers(kind, _flat(model)):
             torch.testing.assert_close(fn(model, params, x), api(eager, params, x))
-    assert cnt.frame_count == 1
     assert all(a is b for a, b in zip(model.state_dict(keep_vars=True).values(), before))
+    assert_frames(cnt, 1)
 
 
 def test_torch_func_compiles_a_frame_per_key_order(counter):
@@ -99,9 +100,10 @@ def test_a_key_dropped_or_added_recompiles_or_raises_as_eager(counter, api):
     assert not hasattr(model[2], "extra")
 
 
-def test_swap_binds_the_same_old_values_whatever_the_order(counter):
+def test_swap_binds_the_same_old_values_whatever_the_order(request, counter):
     """The old values a reused frame binds are eager's; their keys are listed in the order
     of the container the frame was compiled for (docs/faq.md)."""
+    key_order_recompiles(request)
     model = _model()
 
     def old_of(p: dict, x: torch.Tensor) -> tuple[Any, torch.Tensor]:
@@ -118,7 +120,7 @@ def test_swap_binds_the_same_old_values_whatever_the_order(counter):
             assert sorted(old.keys(True, True)) == sorted(old_eager.keys(True, True))
             for key in old_eager.keys(True, True):
                 assert old[key] is old_eager[key]
-    assert cnt.frame_count == 1
+    assert_frames(cnt, 1)
 
 
 def test_to_module_keeps_the_containers_order_and_compiles_per_order(counter):

@@ -30,6 +30,11 @@ tensordict 0.15.3's.
   the trace (``ConstDictVariable.items``, ``mutation_type.is_modified``, read by
   ``SideEffects.is_modified``), the same in torch 2.13-2.15: a swapped dict that ends the
   trace as it began is marked unchanged, so Dynamo replays nothing into it after the graph.
+* ``forget_added_attributes``: torch < 2.13 replays a module attribute that the trace added
+  to the module's ``__dict__`` and deleted again (``to_module(preserve_module_state=False)``
+  and its undo) as ``del module.name``, which ``nn.Module.__delattr__`` turns into deleting
+  the parameter of that name. torch >= 2.13 drops such an add/delete pair
+  (``AttrMutationKind.INSTANCE_DICT``); on older torch fcall drops it from the tracker.
 """
 
 from __future__ import annotations
@@ -41,13 +46,16 @@ from typing import Any
 import tensordict.base as _td_base
 from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
+from torch import nn
 from torch._dynamo.comptime import comptime
+from torch._dynamo.variables import base as _dynamo_variables
 
 __all__ = [
     "BufferLegacy",
     "comptime",
     "dynamo_variable",
     "has_pending_mutations",
+    "forget_added_attributes",
     "hold_dicts",
     "settle_dicts",
     "inside_higher_order_op",
@@ -240,3 +248,28 @@ def _settle(ctx: Any) -> None:
         )
         if same and not changed_before:
             var.mutation_type.is_modified = False
+
+
+# --- torch < 2.13: a module attribute added and deleted in the trace is not replayed -------
+_ADDED_ATTRIBUTES_REPLAYED = not hasattr(_dynamo_variables, "AttrMutationKind")
+
+
+def forget_added_attributes() -> None:
+    """Traced, after a swap moved values into or out of a module's ``__dict__``: on torch
+    < 2.13, each module attribute the trace deleted that the real module's ``__dict__`` does
+    not hold is no change (an add/delete pair), and is dropped from Dynamo's tracker."""
+    if _ADDED_ATTRIBUTES_REPLAYED:
+        comptime(_forget_added)
+
+
+def _forget_added(ctx: Any) -> None:
+    from torch._dynamo.variables import DeletedVariable
+
+    tx = ctx._i_will_not_complain_if_bc_breaks_InstructionTranslator()
+    for var, changes in tx.output.side_effects.store_attr_mutations.items():
+        module = getattr(var, "value", None)
+        if not isinstance(module, nn.Module):
+            continue
+        for name, value in list(changes.items()):
+            if isinstance(value, DeletedVariable) and name not in module.__dict__:
+                del changes[name]

@@ -26,7 +26,7 @@ from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks as _hooks
 
 from .. import _errors
-from .._compat import hold_dicts, settle_dicts
+from .._compat import forget_added_attributes, hold_dicts, settle_dicts
 from . import distributed
 from .flatten import Leaves
 from .plan import forget, read_slots, resolve
@@ -112,6 +112,8 @@ def commit(swap: Swap) -> None:
         if plan.traced:  # nothing for Dynamo to replay after the graph (fcall/README.md)
             hold_dicts((*plan.slots, *(swap.targets or ())))
         _write(plan, swap.new, swap.targets, to_end)
+        if plan.traced and swap.targets is not None:  # a value left a module's __dict__
+            forget_added_attributes()
     if swap.reorder_in is not None and (_hooks or not to_end):  # to_end: the order is given
         _reregister(swap, swap.reorder_in, swap.new, to_end)
 
@@ -217,6 +219,8 @@ def restore(swap: Swap) -> Sequence[Any]:
                 held[index] = held[first]
             changed = swap.targets is not None or any(a is not b for a, b in zip(held, swap.new))
         current = held
+        if plan.traced and swap.targets is not None:  # a value left a module's __dict__
+            forget_added_attributes()  # before anything reads the module's attributes
     for slot, order in swap.orders:  # a value that left a dict comes back in its place
         move_to_end(slot, [key for key in order if key in slot])
     for rnn in plan.rnns:
