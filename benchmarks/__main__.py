@@ -32,6 +32,7 @@ SUITES = {
     "side_effects": "what a process using fcall pays where it does not call fcall",
     "torchrl": "TorchRL's losses with fcall behind tensordict vs stock (TorchRL stack)",
     "checkpoint_memory": "memory per rank of sets read from DCP checkpoints (2 gloo ranks)",
+    "gpu": "compiled swaps on CUDA beside the model alone; reduce-overhead's CUDA graphs",
 }
 
 
