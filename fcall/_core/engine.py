@@ -118,18 +118,17 @@ def commit(swap: Swap) -> None:
         _reregister(swap, swap.reorder_in, swap.new, to_end)
 
 
-def _dicts_left(plan: Plan, targets: list[dict]) -> list[dict]:
+def _dicts_left(plan: Plan, targets: list[dict | None]) -> list[dict]:
     """Each slot dict that some value leaves for another dict, once."""
-    moving = [e.slot for e, target in zip(plan.entries, targets) if target is not e.slot]
+    moving = [i for i, target in enumerate(targets) if target is not None]
     if not plan.traced:
-        return list({id(slot): slot for slot in moving}.values())
+        return list({id(plan.slots[i]): plan.slots[i] for i in moving}.values())
     # Traced: `id()` of a module's dict guards on that object (another instance of the
-    # architecture would recompile); identity comparisons do not.
-    left: list[dict] = []
-    for slot in moving:
-        if not any(slot is seen for seen in left):
-            left.append(slot)
-    return left
+    # architecture would recompile), and Dynamo 2.11 cannot trace `is` between two dicts:
+    # a dict is told by its owner's path and its kind, constants (registration._groups).
+    # A submodule at two paths may be listed twice: its order is restored twice, alike.
+    left = {(plan.names[i].rpartition(".")[0], plan.entries[i].kind): plan.slots[i] for i in moving}
+    return list(left.values())
 
 
 def _to_end(swap: Swap) -> bool:
@@ -154,9 +153,12 @@ def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> 
         reregister(swap.plan, module, swap.targets, new)
 
 
-def _write(plan: Plan, values: Sequence[Any], targets: list[dict] | None, to_end: bool) -> None:
+def _write(
+    plan: Plan, values: Sequence[Any], targets: list[dict | None] | None, to_end: bool
+) -> None:
     """The one write loop: each value into its slot (``targets``: the dict each value goes
-    into, when some value changes dict; a value that moves leaves its slot's dict).
+    into, when some value changes dict, ``None`` where it stays; a value that moves leaves
+    its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
     ``del d[name]; d[name] = value`` puts it. With no value changing dict and no name
     moved, the writes are one builtin call: in eager a C loop (``operator.setitem``, so a
@@ -167,12 +169,12 @@ def _write(plan: Plan, values: Sequence[Any], targets: list[dict] | None, to_end
         tuple(map(write, plan.slots, plan.slot_names, values))
         return
     for target, slot, name, value in zip(
-        targets or plan.slots, plan.slots, plan.slot_names, values
+        targets or repeat(None), plan.slots, plan.slot_names, values
     ):
-        if to_end or target is not slot:
+        if to_end or target is not None:
             # pop, not del: a slot reached by two paths is moved once
             slot.pop(name, None)
-        target[name] = value
+        (slot if target is None else target)[name] = value
 
 
 def restore(swap: Swap) -> Sequence[Any]:
@@ -205,13 +207,13 @@ def restore(swap: Swap) -> Sequence[Any]:
         held = []
         changed = swap.targets is not None  # a value changed dict
         for target, slot, name, old, new in zip(
-            swap.targets or plan.slots, plan.slots, plan.slot_names, swap.old, swap.new
+            swap.targets or repeat(None), plan.slots, plan.slot_names, swap.old, swap.new
         ):
-            now = target.get(name, GONE)
+            now = (slot if target is None else target).get(name, GONE)
             held.append(now)
             if now is not new:  # forward reassigned it (a buffer), or deleted it
                 changed = True
-            if target is not slot:
+            if target is not None:
                 target.pop(name, None)
             slot[name] = old
         if plan.repeated:  # a slot two entries name was read again after its restore
@@ -307,25 +309,29 @@ def write_back(leaves: Leaves, changed: list[tuple[int, Any]]) -> None:
         container[key] = value
 
 
-def _targets(plan: Plan, new: list, mode: Mode) -> list[dict] | None:
+def _targets(plan: Plan, new: list, mode: Mode) -> list[dict | None] | None:
+    """Per entry, the dict its value goes into where that is not its slot's (else
+    ``None``); ``None`` if every value stays in its slot's dict."""
     targets = [
         _target_slot(entry, attributes_of(plan, index), value, mode)
         for index, entry, value in zip(range(len(new)), plan.entries, new)
     ]
-    if all(target is entry.slot for target, entry in zip(targets, plan.entries)):
+    if all(target is None for target in targets):
         return None
     return targets
 
 
-def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict:
+def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict | None:
+    """Told by the slot's kind, not by comparing dicts (Dynamo 2.11 cannot trace ``is``
+    between two dicts): ``attributes`` is the owner's ``__dict__``, an attribute's slot."""
     is_parameter = isinstance(value, nn.Parameter)
     if mode is REPLACE:
         if is_parameter:
-            return attributes["_parameters"]
-        return attributes if entry.kind is not SlotKind.BUFFER else entry.slot
+            return None if entry.kind is SlotKind.PARAMETER else attributes["_parameters"]
+        return attributes if entry.kind is SlotKind.PARAMETER else None
     if entry.kind is SlotKind.ATTRIBUTE and is_parameter:
         return attributes["_parameters"]
-    return entry.slot
+    return None
 
 
 # to_module(inplace=True): copies into the module's own tensors

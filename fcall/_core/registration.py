@@ -24,12 +24,15 @@ from .tree import unwrap
 from .types import Plan
 
 
-def reregister(plan: Plan, module: nn.Module, targets: list[dict] | None, new: list[Any]) -> None:
+def reregister(
+    plan: Plan, module: nn.Module, targets: list[dict | None] | None, new: list[Any]
+) -> None:
     """Give the dicts that ``plan`` wrote tensordict's order, and run the registration
     hooks on each Parameter written; ``targets``: the dict each value went into, when
-    some value changed dict; ``new``: what each slot received (a hook's result replaces
-    its value there). An eager swap whose slots are each named once needs only the
-    hooks (``run_hooks``): its writes gave the order (``engine._write``)."""
+    some value changed dict (``None`` where it stayed); ``new``: what each slot received
+    (a hook's result replaces its value there). An eager swap whose slots are each named
+    once needs only the hooks (``run_hooks``): its writes gave the order
+    (``engine._write``)."""
     order = range(len(plan.entries))
     if targets is None:
         # In-place copies, a restore that found a slot changed, or traced (the Route
@@ -68,24 +71,24 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     run_hooks(plan, module, None, order, [])
 
 
-def _groups(plan: Plan, order: Sequence[int], targets: list[dict] | None) -> list:
+def _groups(plan: Plan, order: Sequence[int], targets: list[dict | None] | None) -> list:
     """The names written into each dict, in ``order``: ``[(dict, [names])]``.
 
     The order of a dict after the moves depends only on those: the other names keep
     theirs, before them. A dict is told from the others by its owner's name and the kind
     of slot, constants (traced, ``id()`` of a module's dict guards on it, and ``d1 is d2``
     reads its tensors into guarded graph inputs), and whether the value left the slot's
-    dict (``targets``: ``_engine._targets`` compared them already)."""
+    dict (``targets``: the dict it went into, ``None`` where it stayed)."""
     by_dict: dict[tuple, tuple[dict, list[str]]] = {}
     for index in order:
         if index in plan.repeated:
             continue  # a submodule at two paths: tensordict writes its slot once
         entry = plan.entries[index]
-        moved = targets is not None and targets[index] is not entry.slot
-        key = (plan.names[index].rpartition(".")[0], entry.kind, moved)
+        target = None if targets is None else targets[index]
+        key = (plan.names[index].rpartition(".")[0], entry.kind, target is not None)
         group = by_dict.get(key)
         if group is None:
-            by_dict[key] = group = (entry.slot if targets is None else targets[index], [])
+            by_dict[key] = group = (entry.slot if target is None else target, [])
         group[1].append(entry.name)
     return list(by_dict.values())
 
@@ -103,7 +106,11 @@ def move_to_end(slot: dict, names: list[str]) -> None:
 
 
 def run_hooks(
-    plan: Plan, module: nn.Module, targets: list[dict] | None, order: Sequence[int], new: list
+    plan: Plan,
+    module: nn.Module,
+    targets: list[dict | None] | None,
+    order: Sequence[int],
+    new: list,
 ) -> None:
     """Torch's global parameter registration hooks on each Parameter written, in ``order``
     (``targets``: the dict each value went into); a hook's result replaces the value, in
@@ -111,7 +118,9 @@ def run_hooks(
     if not _global_parameter_registration_hooks:
         return
     root = unwrap(module)[0]
-    slots = [entry.slot for entry in plan.entries] if targets is None else targets
+    slots: list[dict] = [entry.slot for entry in plan.entries]
+    if targets is not None:
+        slots = [slot if target is None else target for slot, target in zip(slots, targets)]
     for index in order:
         if index in plan.repeated:
             continue

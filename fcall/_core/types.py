@@ -282,8 +282,9 @@ class Swap:
     old: Sequence[Any] = ()  # what each slot held
     # what each slot received (a list: a registration hook's result replaces its value)
     new: list[Any] = field(default_factory=list)
-    # per entry, only when a value changes dict: the dict each value goes into
-    targets: list[dict] | None = None
+    # per entry, only when a value changes dict: the dict its value goes into, None where
+    # that is its slot's own
+    targets: list[dict | None] | None = None
     # (dict, its key order) of each dict a value left
     orders: list[tuple[dict, list[str]]] = field(default_factory=list)
     done: bool = False  # restored already: a second restore must not undo later swaps
