@@ -248,19 +248,29 @@ def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:
     taken = []
     for index in range(len(current)):
         if current[index] is GONE:
-            slot, name, _, _, _ = plan.entries[index]
-            if _taken_elsewhere(attributes_of(plan, index), slot, name):
+            slot, name, _, _, kind = plan.entries[index]
+            if _taken_elsewhere(attributes_of(plan, index), kind, name):
                 del slot[name]  # not registered twice: the block's new owner of the name stays
                 taken.append(plan.names[index])
     if taken:
         raise RuntimeError(_errors.slot_taken_in_block(taken))
 
 
-def _taken_elsewhere(attributes: dict, slot: dict, name: str) -> bool:
+_OTHER_DICTS = {
+    SlotKind.PARAMETER: ("_buffers", "_modules"),
+    SlotKind.BUFFER: ("_parameters", "_modules"),
+    SlotKind.ATTRIBUTE: ("_parameters", "_buffers", "_modules"),
+}
+
+
+def _taken_elsewhere(attributes: dict, kind: SlotKind, name: str) -> bool:
+    """Whether another dict of the owner (``attributes``: its ``__dict__``) than the one
+    of slot ``kind`` holds ``name``: told by kind, not by comparing dicts (Dynamo 2.11
+    cannot trace ``is`` between two dicts)."""
     if name in attributes:  # a plain attribute now (pruning's recomputed weight)
         return True
-    for other in ("_parameters", "_buffers", "_modules"):
-        if attributes[other] is not slot and name in attributes[other]:
+    for other in _OTHER_DICTS[kind]:
+        if name in attributes[other]:
             return True
     parametrizations = attributes["_modules"].get("parametrizations")
     return parametrizations is not None and name in parametrizations._modules
