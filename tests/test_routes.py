@@ -1,5 +1,5 @@
 """A Route (``fcall/_core/routes.py``) puts every value where the one builder's plan does, or
-declines, and then the generic path decides (and raises).
+declines with its reason (``Generic``), and then the generic path decides (and raises).
 
 A Route is built at trace time from the real module, and its reads and writes go through
 builtins that run the same in eager: here both run in eager, and the slots a Route reaches
@@ -17,7 +17,7 @@ import fcall
 from fcall._core import flatten as _flatten
 from fcall._core import traced as _traced
 from fcall._core.build import build
-from fcall._core.routes import route_of_dict, route_of_tensordict, with_preserve
+from fcall._core.routes import Generic, route_of_dict, route_of_tensordict, with_preserve
 from fcall._core.tree import unwrap
 from fcall._core.types import attributes_of
 from tests.support import Net, Tied, flat
@@ -30,17 +30,18 @@ def _generic(params, module, tie_weights=True):
 
 
 def _routed(params, module, tie_weights=True):
-    """The Route of ``params`` in ``module`` run in eager: (slot, name, value) per entry."""
+    """The Route of ``params`` in ``module`` run in eager: (slot, name, value) per entry; or
+    the reason it declines."""
     if isinstance(params, dict):
         shape, level_values = _traced._dict_shape(params, ordered=False)
         route = route_of_dict(shape, module, "t", tie_weights)
-        if route is None:
-            return None
+        if isinstance(route, Generic):
+            return route
         values = _traced._pick(level_values, route.leaf_nodes)
     else:
         route = route_of_tensordict(params, module, "t", tie_weights)
-        if route is None:
-            return None
+        if isinstance(route, Generic):
+            return route
         values = _traced._tensordict_values(params, route)
     owners = _traced._descend([unwrap(module)[0]], route.owners, _traced._modules_of)
     dicts = [owner._parameters for owner in owners]
@@ -87,7 +88,7 @@ def _cases():
 def test_a_route_reaches_the_generic_plans_slots(case, tie_weights):
     _, params, module = case
     routed = _routed(params, module, tie_weights)
-    assert routed is not None, "the Route declined"
+    assert not isinstance(routed, Generic), f"the Route declined: {routed}"
     route, slots, values = routed
     plan, leaves = _generic(params, module, tie_weights)
     assert slots == [(id(entry.slot), entry.name) for entry in plan.entries]
@@ -124,21 +125,36 @@ def test_a_routes_plan_makes_the_generic_plans_entries_when_first_read(case, att
 
 
 @pytest.mark.parametrize(
-    ("params", "module"),
+    ("params", "module", "reason"),
     [
-        (TensorDict({"emb": {"weight": torch.ones(5, 3)}}), Tied()),  # a tied name given
-        ({"emb.weight": torch.ones(5, 3), "head.weight": torch.ones(5, 3)}, Tied()),
-        (flat(fcall.from_module(nn.Sequential(nn.GRU(2, 3)))), nn.Sequential(nn.GRU(2, 3))),
-        ({"lin.weight": torch.ones(2, 2), "scale": torch.ones(2)}, WithAttribute()),
-        ({"lin": {"wieght": torch.ones(4, 3)}}, Net()),  # unknown: the generic path raises
-        ({"lin.wieght": torch.ones(4, 3)}, Net()),
-        ({"lin": {"weight": "not a tensor"}}, Net()),
-        ({"lin.weight": None}, Net()),
-        ({"lin..weight": torch.ones(4, 3)}, Net()),
-        ({"lin": torch.ones(4, 3)}, Net()),  # a module's name for a tensor
-        ({"lin.weight": torch.ones(4, 3), 0: torch.ones(1)}, Net()),
-        ({}, Net()),
-        (TensorDict({"lin": {"bn.weight": torch.ones(4, 3)}}), Net()),  # a dotted TensorDict key
+        (TensorDict({"emb": {"weight": torch.ones(5, 3)}}), Tied(), Generic.TIED),
+        (
+            {"emb.weight": torch.ones(5, 3), "head.weight": torch.ones(5, 3)},
+            Tied(),
+            Generic.TIED,
+        ),
+        (
+            flat(fcall.from_module(nn.Sequential(nn.GRU(2, 3)))),
+            nn.Sequential(nn.GRU(2, 3)),
+            Generic.RNN,
+        ),
+        (
+            {"lin.weight": torch.ones(2, 2), "scale": torch.ones(2)},
+            WithAttribute(),
+            Generic.ATTRIBUTE,
+        ),
+        # unknown: the generic path raises
+        ({"lin": {"wieght": torch.ones(4, 3)}}, Net(), Generic.BUILDER_RAISED),
+        ({"lin.wieght": torch.ones(4, 3)}, Net(), Generic.BUILDER_RAISED),
+        ({"lin": {"weight": "not a tensor"}}, Net(), Generic.NOT_TENSORS),
+        ({"lin.weight": None}, Net(), Generic.NOT_TENSORS),
+        ({"lin..weight": torch.ones(4, 3)}, Net(), Generic.BUILDER_RAISED),
+        # a module's name for a tensor
+        ({"lin": torch.ones(4, 3)}, Net(), Generic.BUILDER_RAISED),
+        ({"lin.weight": torch.ones(4, 3), 0: torch.ones(1)}, Net(), Generic.KEY_FORM),
+        ({}, Net(), Generic.NO_KEYS),
+        # a dotted TensorDict key
+        (TensorDict({"lin": {"bn.weight": torch.ones(4, 3)}}), Net(), Generic.KEY_FORM),
     ],
     ids=[
         "tied-given",
@@ -156,14 +172,15 @@ def test_a_routes_plan_makes_the_generic_plans_entries_when_first_read(case, att
         "dotted-tensordict-key",
     ],
 )
-def test_a_route_declines_what_the_generic_path_decides(params, module):
-    assert _routed(params, module) is None
+def test_a_route_declines_what_the_generic_path_decides(params, module, reason):
+    assert _routed(params, module) is reason
 
 
 def test_a_shared_submodule_takes_the_generic_path():
     shared = nn.Linear(2, 2)
     module = nn.Sequential(shared, shared)
-    assert _routed(flat(fcall.from_module(module)), module, tie_weights=False) is None
+    routed = _routed(flat(fcall.from_module(module)), module, tie_weights=False)
+    assert routed is Generic.REPEATED
 
 
 def test_preserve_wraps_plain_values_and_keeps_parameters_with_the_slots_requires_grad():
@@ -187,4 +204,4 @@ def test_preserve_wraps_plain_values_and_keeps_parameters_with_the_slots_require
 def test_preserve_declines_a_parameter_for_a_buffer():
     net = Net()
     route = route_of_tensordict(TensorDict({"offset": torch.ones(4)}), net, "t", False)
-    assert with_preserve(route, net, [(True, True)]) is None
+    assert with_preserve(route, net, [(True, True)]) is Generic.PARAMETER_FOR_BUFFER

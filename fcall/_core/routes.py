@@ -5,11 +5,12 @@ instance it was built on: which owner modules to reach from the root (``Levels``
 their dicts each value goes into, under which name, and where each value is in the params.
 It is built at trace time from the real module and keys: ``route_of_dict`` for a dict (whose
 structure the trace read), ``route_of_tensordict`` for a TensorDict (read here). ``None``
-when the swap needs more than a Route says (see ``fcall/_core/traced.py``).
+which the trace does not read: ``Generic``, the reason the swap takes the generic path.
 """
 
 from __future__ import annotations
 
+import enum
 from typing import Any, NamedTuple
 
 import torch
@@ -20,6 +21,30 @@ from torch import nn
 from .build import build
 from .tree import unwrap
 from .types import Key, SlotKind
+
+
+class Generic(enum.Enum):
+    """Why a traced swap takes the generic path (``build`` traced, fcall/README.md) and not a
+    Route. Decided at trace time, in eager; the trace gets only "no Route"."""
+
+    CHANGED_IN_TRACE = "the trace changed the module or the params before the swap"
+    ALIASING_GUARDS = "Dynamo guards the aliasing of Parameters: the module's tensors are read"
+    NOT_A_MODULE = "the module is not an nn.Module that existed before the trace"
+    UNDER_VMAP = "to_module's PRESERVE under vmap: the values are batched"
+    CONTAINER = "neither a dict nor an exact TensorDict (or TensorDictParams of one)"
+    KEY_FORM = "a key that is not a non-empty string (or, in a TensorDict, has a dot)"
+    NOT_TENSORS = "a value that is neither a tensor nor a nested container"
+    NO_KEYS = "no key at all"
+    DDP = "a DistributedDataParallel wrapper"
+    FSDP = "an FSDP2 tree"
+    BUILDER_RAISED = "the builder raised (an unknown key, a name twice, a scripted module)"
+    RNN = "an RNN owner (its flat weights are reset after the swap)"
+    ATTRIBUTE = "a plain tensor attribute"
+    TIED = "a tied name given, or a given name aliased"
+    REPEATED = "a submodule at two paths, or a slot named twice"
+    DICT_SUBCLASS = "a slot dict of a dict subclass"
+    PARAMETER_FOR_BUFFER = "to_module's PRESERVE: a Parameter bound for a buffer slot"
+    NOT_TRACED_TENSORS = "to_module's PRESERVE: a value that is not a traced tensor"
 
 
 class Levels(NamedTuple):
@@ -90,7 +115,9 @@ class Route(NamedTuple):
     """``to_module``'s ``PRESERVE``: what each value goes in as."""
 
 
-def route_of_dict(shape: list[tuple], module: nn.Module, api: str, tie_weights: bool) -> Any:
+def route_of_dict(
+    shape: list[tuple], module: nn.Module, api: str, tie_weights: bool
+) -> Route | Generic:
     """The Route of a dict whose structure is ``shape`` (``_dict_shape``): its leaves in
     ``flatten_generic``'s order (depth first, each name split at its dots)."""
     keys: list[Key] = []
@@ -101,52 +128,58 @@ def route_of_dict(shape: list[tuple], module: nn.Module, api: str, tie_weights: 
         starts.append(total)
         total += sum(map(len, node_keys))
 
-    def visit(depth: int, node: int, prefix: Key) -> bool:
+    def visit(depth: int, node: int, prefix: Key) -> Generic | None:
         node_keys, is_dict, is_tensor = shape[depth]
         offset = sum(map(len, node_keys[:node]))
         for place, name in enumerate(node_keys[node]):
             if not isinstance(name, str) or not name:
-                return False
+                return Generic.KEY_FORM
             key = (*prefix, *name.split("."))
             index = offset + place
             if is_tensor[index]:
                 keys.append(key)
                 positions.append(starts[depth] + index)
-            elif not is_dict[index] or not visit(depth + 1, sum(is_dict[:index]), key):
-                return False
-        return True
-
-    if not visit(0, 0, ()):
+            elif not is_dict[index]:
+                return Generic.NOT_TENSORS
+            elif (below := visit(depth + 1, sum(is_dict[:index]), key)) is not None:
+                return below
         return None
+
+    declined = visit(0, 0, ())
+    if declined is not None:
+        return declined
     route = _route(module, keys, api, tie_weights)
-    return None if route is None else route._replace(leaf_nodes=tuple(positions))
+    if isinstance(route, Generic):
+        return route
+    return route._replace(leaf_nodes=tuple(positions))
 
 
 def route_of_tensordict(
     params: Any, module: nn.Module, api: str, tie_weights: bool, preserve: bool = False
-) -> Any:
+) -> Route | Generic:
     if type(params) is TensorDict:
         entries = params._tensordict
     elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
         entries = params._param_td._tensordict
     else:
-        return None
+        return Generic.CONTAINER
     keys: list[Key] = []
     nodes: list[tuple[int, str, int]] = []  # (node, name in its parent, depth), root first
     node_keys: list[tuple[str, ...]] = []
     leaf_nodes: list[int] = []
     leaf_names: list[str] = []
-    if not _walk(entries, (), 0, 0, keys, nodes, node_keys, leaf_nodes, leaf_names):
-        return None
+    declined = _walk(entries, (), 0, 0, keys, nodes, node_keys, leaf_nodes, leaf_names)
+    if declined is not None:
+        return declined
     levels, order = _levels([(parent, name, depth) for parent, name, depth in nodes])
     route = _route(module, keys, api, tie_weights)
-    if route is None:
-        return None
+    if isinstance(route, Generic):
+        return route
     if preserve:
         facts = [(isinstance(v, nn.Parameter), v.requires_grad) for v in _leaf_values(entries)]
         route = with_preserve(route, module, facts)
-        if route is None:
-            return None
+        if isinstance(route, Generic):
+            return route
     return route._replace(
         nodes=levels,
         node_keys=tuple(node_keys[i] for i in order),
@@ -165,16 +198,16 @@ def _walk(
     node_keys: list[tuple[str, ...]],
     leaf_nodes: list[int],
     leaf_names: list[str],
-) -> bool:
+) -> Generic | None:
     """The leaves of exact TensorDicts of plain tensors and Parameters, in
-    ``flatten_eager``'s order; ``False`` on anything else."""
+    ``flatten_eager``'s order; why not, on anything else."""
     if node == 0:
         nodes.append((-1, "", 0))
         node_keys.append(())
     node_keys[node] = tuple(entries)
     for name, value in entries.items():
         if not isinstance(name, str) or "." in name or not name:
-            return False
+            return Generic.KEY_FORM
         cls = type(value)
         if cls is torch.Tensor or cls is nn.Parameter:
             keys.append((*prefix, name))
@@ -184,7 +217,7 @@ def _walk(
             child = len(nodes)
             nodes.append((node, name, depth + 1))
             node_keys.append(())
-            if not _walk(
+            declined = _walk(
                 value._tensordict,
                 (*prefix, name),
                 child,
@@ -194,11 +227,12 @@ def _walk(
                 node_keys,
                 leaf_nodes,
                 leaf_names,
-            ):
-                return False
+            )
+            if declined is not None:
+                return declined
         else:
-            return False
-    return True
+            return Generic.NOT_TENSORS
+    return None
 
 
 def _levels(nodes: list[tuple[int, str, int]]) -> tuple[Levels, list[int]]:
@@ -219,19 +253,29 @@ def _levels(nodes: list[tuple[int, str, int]]) -> tuple[Levels, list[int]]:
         depth += 1
 
 
-def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> Route | None:
+def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> Route | Generic:
     """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes."""
     root, prefixes = unwrap(module)
-    if "module" in prefixes or _has_fsdp(root) or not keys:
-        return None
+    if "module" in prefixes:
+        return Generic.DDP
+    if _has_fsdp(root):
+        return Generic.FSDP
+    if not keys:
+        return Generic.NO_KEYS
     try:
         plan = build(module, keys, api, tie_weights=tie_weights, strict=False)
-    except Exception:  # the generic path raises it, traced
-        return None
+    except (KeyError, RuntimeError):  # the builder's own errors: the generic path raises them
+        return Generic.BUILDER_RAISED
     reads = plan.reads
     assert reads is not None  # build's
-    if plan.rnns or plan.has_attributes or reads.tie_groups or len(plan.entries) != plan.given:
-        return None
+    if plan.rnns:
+        return Generic.RNN
+    if plan.repeated:
+        return Generic.REPEATED
+    if reads.tie_groups or len(plan.entries) != plan.given:  # the tied names added
+        return Generic.TIED
+    if plan.has_attributes:
+        return Generic.ATTRIBUTE
     # Each owner once: a module at two paths, or a slot named twice, takes the generic path
     found: list[tuple[int, str, int]] = [(-1, "", 0)]  # (parent, name, depth) per owner
     index_of = {id(root.__dict__): 0}
@@ -239,7 +283,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
     for parent_modules, name, child in reads.chain:
         parent = by_modules.get(id(parent_modules))
         if parent is None or id(child.__dict__) in index_of:
-            return None
+            return Generic.REPEATED
         index_of[id(child.__dict__)] = len(found)
         by_modules[id(child._modules)] = len(found)
         found.append((parent, name, found[parent][2] + 1))
@@ -253,8 +297,10 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
     seen: set[tuple[int, str]] = set()
     for entry in plan.entries:
         owner = position[index_of[id(entry.attributes)]]
-        if type(entry.slot) is not dict or (id(entry.slot), entry.name) in seen:
-            return None
+        if type(entry.slot) is not dict:
+            return Generic.DICT_SUBCLASS
+        if (id(entry.slot), entry.name) in seen:
+            return Generic.REPEATED
         seen.add((id(entry.slot), entry.name))
         if entry.kind is SlotKind.PARAMETER:
             slots.append(owner)
@@ -317,10 +363,12 @@ def _leaf_values(entries: dict) -> list[Any]:
     return found
 
 
-def with_preserve(route: Route, module: nn.Module, facts: list[tuple[bool, bool]]) -> Any:
+def with_preserve(
+    route: Route, module: nn.Module, facts: list[tuple[bool, bool]]
+) -> Route | Generic:
     """``route`` with ``PRESERVE`` decided for each entry on its value's ``facts`` (whether
-    a Parameter, whether it requires grad) and the module's slots; ``None`` for a Parameter
-    bound for a buffer slot (the generic path). Not batched: no Route is made under vmap."""
+    a Parameter, whether it requires grad) and the module's slots; the generic path for a
+    Parameter bound for a buffer slot. Not batched: no Route is made under vmap."""
     root, _ = unwrap(module)
     owners = _owners_in_order(root, route.owners)
     wrap, wrap_requires_grad, kept, kept_requires_grad, empty = [], [], [], [], []
@@ -329,7 +377,7 @@ def with_preserve(route: Route, module: nn.Module, facts: list[tuple[bool, bool]
     ):
         if buffer:
             if is_parameter:
-                return None
+                return Generic.PARAMETER_FOR_BUFFER
             continue
         if not is_parameter and requires_grad:
             continue  # it tracks gradients: in as it is, the old tensor unread

@@ -17,12 +17,14 @@ its parent's ``_modules`` (the path, the module types), each owner's ``_paramete
 full, and compared with what the Route was built on. A module whose structure differs on a
 later call fails one of them and recompiles; the new trace decides again.
 
-Anything the Route does not cover returns ``None``, and the caller takes the generic
-traced path (``build`` traced), which raises the eager errors: an unknown key, ``strict``,
-tied names given or aliased, a submodule at two paths, a plain tensor attribute, RNNs,
-FSDP2 and DDP trees, values that are not tensors, a module or params already changed in
-the trace, and Dynamo's aliasing guards turned on (the generic path reads the module's
-tensors, so that Dynamo guards their aliasing).
+Anything the Route does not cover is decided as a ``Generic`` reason (``routes.Generic``:
+``strict``, an unknown key, tied names given or aliased, a submodule at two paths, a plain
+tensor attribute, RNNs, FSDP2 and DDP trees, values that are not tensors, a module or params
+already changed in the trace, Dynamo's aliasing guards turned on, ...): ``resolve`` returns
+``None`` and the caller takes the generic traced path (``build`` traced), which raises the
+eager errors. The decision catches no exception: a Route that fails to build fails the
+compile. ``resolve`` also returns ``None`` when the trace's reads differ from what the Route
+was decided on (the trace changed the params or the module's dicts before the swap).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from .._compat import (
     tensor_facts,
 )
 from .flatten import Leaves, wrapped
-from .routes import Levels, Route, route_of_dict, route_of_tensordict, with_preserve
+from .routes import Generic, Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
 from .types import Distributed, Plan, RouteOnly, new_entry
@@ -254,12 +256,10 @@ _DECIDED: list[Route | None] = []  # what _decide found, until _decided takes it
 
 def _decide(ctx: Any) -> None:
     """``comptime`` callback: the Route of the swap that ``resolve`` is tracing, from the
-    real module and params behind Dynamo's variables (``None``: the generic path)."""
-    try:
-        route = _route_of(ctx)
-    except Exception:  # whatever this cannot decide, the generic path decides (and raises)
-        route = None
-    _DECIDED.append(route)
+    real module and params behind Dynamo's variables; the trace is given ``None`` for a
+    ``Generic`` reason (an enum member would be a guarded constant)."""
+    route = _route_of(ctx)
+    _DECIDED.append(route if isinstance(route, Route) else None)
 
 
 @torch.compiler.assume_constant_result
@@ -277,25 +277,27 @@ def _same(seen: tuple, expected: tuple) -> bool:
     return seen == expected
 
 
-def _route_of(ctx: Any) -> Route | None:
+def _route_of(ctx: Any) -> Route | Generic:
     if has_pending_mutations(ctx):  # the module's real state is not the traced one
-        return None
+        return Generic.CHANGED_IN_TRACE
     if not torch._dynamo.config.skip_no_tensor_aliasing_guards_on_parameters:
-        return None  # the generic path reads the module's tensors: Dynamo guards aliasing
+        return Generic.ALIASING_GUARDS  # the generic path reads the module's tensors
     module = dynamo_variable(ctx, "module")
     api = ctx.get_local("api").as_python_constant()
     tie_weights = ctx.get_local("tie_weights").as_python_constant()
     if not isinstance(module, nn.Module):
-        return None
+        return Generic.NOT_A_MODULE
     shape = ctx.get_local("shape").as_python_constant()
     preserve = ctx.get_local("make_parameters").as_python_constant()
     if preserve and inside_higher_order_op(ctx):  # under vmap the values are batched
-        return None
+        return Generic.UNDER_VMAP
     if shape is None:
         params = dynamo_variable(ctx, "params")
         return route_of_tensordict(params, module, api, tie_weights, preserve)
     route = route_of_dict(shape, module, api, tie_weights)
-    if route is None or not preserve:
+    if isinstance(route, Generic) or not preserve:
         return route
     facts = tensor_facts(ctx, "level_values", route.leaf_nodes)
-    return None if facts is None else with_preserve(route, module, facts)
+    if facts is None:
+        return Generic.NOT_TRACED_TENSORS
+    return with_preserve(route, module, facts)
