@@ -17,7 +17,7 @@ import fcall
 from fcall._core import plan as _plan
 from fcall._core import traced as _traced
 from fcall._core.routes import Generic, Route
-from tests.support import Net, Tied, flat
+from tests.support import Net, Tied, flat, functional_call, swap_call, to_module_call
 
 
 @pytest.fixture
@@ -50,39 +50,25 @@ def generic_builds(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     return found
 
 
-def _swap(m: nn.Module, p: Any, x: torch.Tensor) -> torch.Tensor:
-    with fcall.swap(p, m):
-        return m(x)
-
-
-def _functional_call(m: nn.Module, p: Any, x: torch.Tensor) -> torch.Tensor:
-    return fcall.functional_call(m, p, (x,))
-
-
-def _to_module(m: nn.Module, p: Any, x: torch.Tensor) -> torch.Tensor:
-    with fcall.to_module(p, m):
-        return m(x)
-
-
 def _net_td() -> tuple[nn.Module, TensorDict]:
     m = Net()
     return m, fcall.from_module(m).detach().clone()
 
 
 CASES: list[tuple[str, Callable, Callable[[], tuple[nn.Module, Any]], Any]] = [
-    ("swap flat dict", _swap, lambda: (lambda m, td: (m, flat(td)))(*_net_td()), Route),
-    ("swap TensorDict", _swap, _net_td, Route),
-    ("swap nested dict", _swap, lambda: (lambda m, td: (m, td.to_dict()))(*_net_td()), Route),
+    ("swap flat dict", swap_call, lambda: (lambda m, td: (m, flat(td)))(*_net_td()), Route),
+    ("swap TensorDict", swap_call, _net_td, Route),
+    ("swap nested dict", swap_call, lambda: (lambda m, td: (m, td.to_dict()))(*_net_td()), Route),
     (
         "functional_call flat dict",
-        _functional_call,
+        functional_call,
         lambda: (lambda m, td: (m, flat(td)))(*_net_td()),
         Route,
     ),
-    ("to_module TensorDict", _to_module, _net_td, Route),
+    ("to_module TensorDict", to_module_call, _net_td, Route),
     (
         "to_module TensorDictParams",
-        _to_module,
+        to_module_call,
         lambda: (lambda m: (m, fcall.TensorDictParams(fcall.from_module(m).detach().clone())))(
             nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
         ),
@@ -90,19 +76,19 @@ CASES: list[tuple[str, Callable, Callable[[], tuple[nn.Module, Any]], Any]] = [
     ),
     (  # TensorDictParams makes every leaf a Parameter, the buffers' too
         "to_module TensorDictParams with buffers",
-        _to_module,
+        to_module_call,
         lambda: (lambda m, td: (m, fcall.TensorDictParams(td)))(*_net_td()),
         Generic.PARAMETER_FOR_BUFFER,
     ),
     (
         "a tied name given",
-        _swap,
+        swap_call,
         lambda: (lambda m: (m, {"emb.weight": torch.ones(5, 3)}))(Tied()),
         Generic.TIED,
     ),
     (
         "an RNN",
-        _swap,
+        swap_call,
         lambda: (lambda m: (m, flat(fcall.from_module(m).detach().clone())))(nn.GRU(3, 4)),
         Generic.RNN,
     ),
@@ -131,7 +117,7 @@ def test_each_case_takes_its_path(counter, decisions, generic_builds, case):
 def test_with_aliasing_guards_on_the_generic_path_reads_the_tensors(counter, decisions):
     module, params = _net_td()
     cnt = counter("eager")
-    fn = torch.compile(_swap, backend=cnt, fullgraph=True)
+    fn = torch.compile(swap_call, backend=cnt, fullgraph=True)
     with torch._dynamo.config.patch(skip_no_tensor_aliasing_guards_on_parameters=False):
         with torch.no_grad():
             fn(module, params, torch.randn(2, 3))
