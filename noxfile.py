@@ -2,45 +2,83 @@
 
 Every session installs fcall with its stack's exact pins (``constraints/``) and runs the
 test command of README.md (``python -m pytest -q``). List them with ``nox -l``; run one with
-``nox -s "tests(stack='torch2.14.1-td0.15.3')"``. The default stack is the one README.md and
-``constraints-ci.txt`` install. The stack whose torch is not on the CI machines' disk
-(2.15.0) comes from the package index: ``PIP_CONFIG_FILE=/dev/null`` lifts the local cap.
+``nox -s "tests(torch2.14.1-td0.15.3)"``. The default stack is the one README.md and
+``constraints-ci.txt`` install. A stack whose torch is not on the CI machines' disk comes from
+the package index (a CUDA build, run on CPU); for 2.15.0, beyond the local cap,
+``PIP_CONFIG_FILE=/dev/null`` lifts it. A stack on another Python than 3.11 takes pyenv's.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
 
 import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = False
 
-# stack name -> (constraints file, extra packages, torch from the package index)
+
+class Stack(NamedTuple):
+    """One stack of the matrix: its exact pins, and what else its session installs."""
+
+    constraints: str
+    python: str = "3.11"
+    extras: tuple[str, ...] = ()
+    from_index: bool = False  # torch beyond the local cap: PIP_CONFIG_FILE=/dev/null
+
+
 STACKS = {
-    "default": ("constraints-ci.txt", (), False),
-    "torch2.14.1-td0.15.3": ("constraints/torch2.14.1-td0.15.3.txt", (), False),
-    "torch2.15.0-td0.15.3": ("constraints/torch2.15.0-td0.15.3.txt", (), True),
-    "torch2.13.0-td0.14.3-torchrl0.14.1": (
-        "constraints/torch2.13.0-td0.14.3-torchrl0.14.1.txt",
-        ("torchrl",),
-        False,
+    "default": Stack("constraints-ci.txt"),
+    "torch2.14.1-td0.15.3": Stack("constraints/torch2.14.1-td0.15.3.txt"),
+    "torch2.15.0-td0.15.3": Stack("constraints/torch2.15.0-td0.15.3.txt", from_index=True),
+    "torch2.13.0-td0.14.3-torchrl0.14.1": Stack(
+        "constraints/torch2.13.0-td0.14.3-torchrl0.14.1.txt", extras=("torchrl",)
+    ),
+    "torch2.12.1-td0.15.3-py3.12": Stack(
+        "constraints/torch2.12.1-td0.15.3-py3.12.txt", python="3.12"
+    ),
+    "torch2.13.0-td0.15.3-py3.13": Stack(
+        "constraints/torch2.13.0-td0.15.3-py3.13.txt", python="3.13"
     ),
 }
 # The stacks that also install the zoo extra (tests/test_zoo.py: transformers and timm, whose
 # torchvision loads beside torch 2.14.1, not beside the default stack's CPU torch 2.13.0).
 ZOO_STACKS = ("torch2.14.1-td0.15.3",)
 # The stacks whose suite runs over every core (pytest-xdist; see tests() for why not all).
-PARALLEL_STACKS = ("torch2.14.1-td0.15.3", "torch2.15.0-td0.15.3")
-# The stacks .ci/run adds after the default one (`nox -t ci`); the others run by hand.
-CI_STACKS = ("torch2.14.1-td0.15.3", "torch2.13.0-td0.14.3-torchrl0.14.1")
+PARALLEL_STACKS = (
+    "torch2.14.1-td0.15.3",
+    "torch2.15.0-td0.15.3",
+    "torch2.12.1-td0.15.3-py3.12",
+    "torch2.13.0-td0.15.3-py3.13",
+)
+# The stacks .ci/run adds after the default one (`nox -t ci`); the others run by hand
+# (docs/versions.md says why).
+CI_STACKS = (
+    "torch2.12.1-td0.15.3-py3.12",
+    "torch2.14.1-td0.15.3",
+    "torch2.13.0-td0.14.3-torchrl0.14.1",
+)
 
 
-@nox.session(python="3.11")
+def interpreter(version: str) -> str:
+    """The Python of ``version``: pyenv's (these machines keep 3.12 and 3.13 there, behind
+    shims that nox's discovery does not run), else whatever nox finds."""
+    found = sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))
+    return str(found[-1]) if found else version
+
+
+@nox.session
 @nox.parametrize(
-    "stack", [nox.param(name, tags=["ci"] if name in CI_STACKS else []) for name in STACKS]
+    ("python", "stack"),
+    [
+        nox.param(interpreter(s.python), name, id=name, tags=["ci"] if name in CI_STACKS else [])
+        for name, s in STACKS.items()
+    ],
 )
 def tests(session: nox.Session, stack: str) -> None:
     """The whole suite on one stack: README.md's test command in a venv of its own."""
-    constraints, extras, from_index = STACKS[stack]
+    constraints, _, extras, from_index = STACKS[stack]
     env = {"PIP_CONFIG_FILE": "/dev/null"} if from_index else {}
     package = ".[test,zoo]" if stack in ZOO_STACKS else ".[test]"
     # pytest-xdist spreads a stack's tests over the machine's cores (`-n auto`), where the

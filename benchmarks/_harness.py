@@ -19,6 +19,7 @@ import contextlib
 import datetime
 import gc
 import importlib.metadata
+import inspect
 import json
 import os
 import platform
@@ -151,20 +152,42 @@ def fresh(fn: Callable, name: str) -> Callable:
 
 def guard_check(fn: Callable, x: torch.Tensor, params: Any) -> Callable[[], bool] | None:
     """One guard check of ``fn``'s compiled frame on ``(x, params)``: the guard manager of
-    its only cache entry, called with the frame's locals (free variables included).
-    ``None`` if the frame has several entries (it recompiled)."""
+    its cache entry (``cache_entry``), called with the frame's locals. ``None`` if the frame
+    has several entries (it recompiled)."""
+    found = cache_entry(fn, x, params)
+    if found is None:
+        return None
+    manager, frame_locals = found[0].guard_manager, found[1]
+    return lambda: manager.check(frame_locals)
+
+
+def cache_entry(fn: Callable, x: torch.Tensor, params: Any) -> tuple[Any, dict] | None:
+    """The cache entry of ``fn``'s compiled frame on ``(x, params)`` and the frame's locals
+    (free variables included): its only entry, ``None`` if it has several (it recompiled).
+    On torch 2.12 a function made by ``exec()`` is compiled through a wrapper whose code
+    every such function shares: there, the one entry whose guards pass."""
     from torch._dynamo.eval_frame import _debug_get_cache_entry_list
 
-    entries = _debug_get_cache_entry_list(fn.__code__)
-    if len(entries) != 1:
+    code = fn.__code__
+    entries = _debug_get_cache_entry_list(code)
+    shared = code.co_filename.endswith("external_utils.py")
+    if not entries or (len(entries) != 1 and not shared):
         return None
-    manager = entries[0].guard_manager
-    frame_locals = {"x": x, "p": params}
-    for name, cell in zip(fn.__code__.co_freevars, fn.__closure__ or ()):
+    names = code.co_varnames[: code.co_argcount]
+    frame_locals: dict[str, Any] = dict(zip(names, (x, params)))
+    # torch 2.12 compiles a function made by exec() through a wrapper of its own,
+    # `inner(*args, **kwargs)` (torch/_dynamo/external_utils.py), the function in its closure
+    rest = iter(code.co_varnames[code.co_argcount :])
+    if code.co_flags & inspect.CO_VARARGS:
+        frame_locals[next(rest)] = (x, params)
+    if code.co_flags & inspect.CO_VARKEYWORDS:
+        frame_locals[next(rest)] = {}
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         frame_locals[name] = cell.cell_contents
-    if not manager.check(frame_locals):
+    passing = [entry for entry in entries if entry.guard_manager.check(frame_locals)]
+    if len(passing) != 1:
         raise AssertionError(f"guards of {fn.__name__} fail on its own inputs")
-    return lambda: manager.check(frame_locals)
+    return passing[0], frame_locals
 
 
 class Chain(nn.Sequential):

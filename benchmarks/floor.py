@@ -185,11 +185,11 @@ def guards(leaves: int, rounds: int) -> dict:
             fns[cell] = (lambda fn, p: lambda: fn(x, p))(fn, p)
             h.warm(fns[cell], 3)
             original = fn._torchdynamo_orig_callable  # type: ignore[attr-defined]
-            check = h.guard_check(original, x, p)
-            assert check is not None, f"{cell} recompiled"
-            checks[cell] = check
-            (entry,) = torch._dynamo.eval_frame._debug_get_cache_entry_list(original.__code__)
-            text = str(entry.guard_manager)
+            found = h.cache_entry(original, x, p)
+            assert found is not None, f"{cell} recompiled"
+            manager, frame_locals = found[0].guard_manager, found[1]
+            checks[cell] = (lambda m, f: lambda: m.check(f))(manager, frame_locals)
+            text = str(manager)
             kinds[cell] = {
                 kind: float(text.count(f"+- {kind}"))
                 for kind in ("TENSOR_MATCH", "TYPE_MATCH", "DICT_LENGTH", "EQUALS_MATCH")

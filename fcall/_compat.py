@@ -1,6 +1,6 @@
 """What differs between the torch and tensordict releases fcall supports.
 
-Supported: torch 2.13-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
+Supported: torch 2.12-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
 matrix). Every difference the package depends on lives here, each with the
 versions it names, so that the rest of fcall is written against one behaviour:
 tensordict 0.15.3's.
@@ -22,13 +22,13 @@ tensordict 0.15.3's.
   message) in 0.15, not in 0.14.
 * ``comptime``, ``dynamo_variable``, ``has_pending_mutations``, ``inside_higher_order_op``,
   ``tensor_facts``: the Dynamo internals the traced front (``fcall/_core/traced.py``) reads at
-  trace time, the same in torch 2.13-2.15: ``torch._dynamo.comptime``, a ``ComptimeVar``'s
+  trace time, the same in torch 2.12-2.15: ``torch._dynamo.comptime``, a ``ComptimeVar``'s
   VariableTracker, its real ``value`` or a traced tensor's type and ``requires_grad``, the
   side-effect tracker's pending mutations of objects that existed before the trace, and
   whether the tracer is a higher-order op's (``vmap``).
 * ``hold_dicts``, ``settle_dicts``: the same tracker's record of a dict that existed before
   the trace (``ConstDictVariable.items``, ``mutation_type.is_modified``, read by
-  ``SideEffects.is_modified``), the same in torch 2.13-2.15: a swapped dict that ends the
+  ``SideEffects.is_modified``), the same in torch 2.12-2.15: a swapped dict that ends the
   trace as it began is marked unchanged, so Dynamo replays nothing into it after the graph.
 * ``forget_added_attributes``: torch < 2.13 replays a module attribute that the trace added
   to the module's ``__dict__`` and deleted again (``to_module(preserve_module_state=False)``
