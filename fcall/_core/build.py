@@ -19,7 +19,7 @@ from torch.nn.utils import parametrize
 from .. import _errors
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
 from .tree import slot_of, strip, unwrap_for_keys
-from .types import Entry, Key, Plan, SlotKind, TreeReads, new_entry
+from .types import Entry, Key, Link, Plan, SlotKind, SlotRef, TreeReads, new_entry
 
 PARAMETER = SlotKind.PARAMETER
 
@@ -131,7 +131,7 @@ def _add_tied_aliases(
                 index_of_name[name] = len(plan.entries)
                 _add_key(plan, reads, nodes, root, tuple(name.split(".")), source, api)
         tied_entries = [plan.entries[index_of_name[name]] for name in group]
-        reads.tie_groups.append([(entry.slot, entry.name) for entry in tied_entries])
+        reads.tie_groups.append([SlotRef(entry.slot, entry.name) for entry in tied_entries])
 
 
 def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan, reads: TreeReads) -> _Node | None:
@@ -145,7 +145,7 @@ def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan, reads: TreeReads)
     child = parent.owner._modules.get(name)
     if child is None:
         return None
-    reads.chain.append((parent.owner._modules, name, child))
+    reads.chain.append(Link(parent.owner._modules, name, child))
     nodes[prefix] = node = _Node(child, plan)
     return node
 

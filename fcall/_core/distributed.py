@@ -94,8 +94,8 @@ def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
     if isinstance(root, FSDPModule):
         return True
     assert plan.reads is not None  # a Route's plan is classified by traced.py
-    for _, _, child in plan.reads.chain:  # a loop, not any(generator): traced on every compile
-        if isinstance(child, FSDPModule):
+    for link in plan.reads.chain:  # a loop, not any(generator): traced on every compile
+        if isinstance(link.child, FSDPModule):
             return True
     return False
 

@@ -248,9 +248,9 @@ def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:
     taken = []
     for index in range(len(current)):
         if current[index] is GONE:
-            slot, name, _, _, kind = plan.entries[index]
-            if _taken_elsewhere(attributes_of(plan, index), kind, name):
-                del slot[name]  # not registered twice: the block's new owner of the name stays
+            entry = plan.entries[index]
+            if _taken_elsewhere(attributes_of(plan, index), entry.kind, entry.name):
+                del entry.slot[entry.name]  # not registered twice: the new owner stays
                 taken.append(plan.names[index])
     if taken:
         raise RuntimeError(_errors.slot_taken_in_block(taken))

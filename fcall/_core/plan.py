@@ -35,7 +35,7 @@ from . import traced
 from .build import build
 from .flatten import Leaves, flatten_eager, flatten_generic
 from .tree import unwrap
-from .types import Plan, SlotKind, StalePlan
+from .types import Plan, SlotKind, SlotRef, StalePlan
 
 _MAX_PLANS_PER_MODULE = 16
 
@@ -163,8 +163,13 @@ class Staleness:
         assert reads is not None  # a built plan's (build.py)
         watched = _watched_buffers(plan, strict)
         self.rows = [
-            Row(parent, name, child, *_sized(child._parameters, watched(child._buffers)))
-            for parent, name, child in reads.chain
+            Row(
+                link.parent_modules,
+                link.name,
+                link.child,
+                *_sized(link.child._parameters, watched(link.child._buffers)),
+            )
+            for link in reads.chain
         ]
         if reads.root_dicts is not None:
             parameters, buffers = reads.root_dicts
@@ -237,11 +242,11 @@ def _sized(parameters: dict, buffers: dict) -> tuple[dict, int, dict, int]:
     return parameters, len(parameters), buffers, len(buffers)
 
 
-def _still_tied(group: list[tuple[dict, str]]) -> bool:
-    """Whether the (slot, name) pairs of ``group`` still hold one tensor."""
-    first = group[0][0][group[0][1]]
-    for slot, name in group[1:]:
-        if slot[name] is not first:
+def _still_tied(group: list[SlotRef]) -> bool:
+    """Whether the slots of ``group`` still hold one tensor."""
+    first = group[0].slot[group[0].name]
+    for ref in group[1:]:
+        if ref.slot[ref.name] is not first:
             return False
     return True
 

@@ -57,6 +57,20 @@ class Levels(NamedTuple):
     """Per level, each node's name in its parent."""
 
 
+class Node(NamedTuple):
+    """A node of a tree (a module, a TensorDict), as a walk lists it, the root first."""
+
+    parent: int
+    """Its parent's index in that list (-1: the root)."""
+    name: str
+    """Its name in its parent."""
+    depth: int
+    """0: the root."""
+
+
+_ROOT = Node(-1, "", 0)
+
+
 class Preserve(NamedTuple):
     """``to_module``'s ``PRESERVE`` rule for a Route's entries, decided on the real values
     and old tensors (``fcall/_core/slot_values.py``'s rule)."""
@@ -164,14 +178,14 @@ def route_of_tensordict(
     else:
         return Generic.CONTAINER
     keys: list[Key] = []
-    nodes: list[tuple[int, str, int]] = []  # (node, name in its parent, depth), root first
+    nodes: list[Node] = []  # root first
     node_keys: list[tuple[str, ...]] = []
     leaf_nodes: list[int] = []
     leaf_names: list[str] = []
     declined = _walk(entries, (), 0, 0, keys, nodes, node_keys, leaf_nodes, leaf_names)
     if declined is not None:
         return declined
-    levels, order = _levels([(parent, name, depth) for parent, name, depth in nodes])
+    levels, order = _levels(nodes)
     route = _route(module, keys, api, tie_weights)
     if isinstance(route, Generic):
         return route
@@ -194,7 +208,7 @@ def _walk(
     node: int,
     depth: int,
     keys: list[Key],
-    nodes: list[tuple[int, str, int]],
+    nodes: list[Node],
     node_keys: list[tuple[str, ...]],
     leaf_nodes: list[int],
     leaf_names: list[str],
@@ -202,7 +216,7 @@ def _walk(
     """The leaves of exact TensorDicts of plain tensors and Parameters, in
     ``flatten_eager``'s order; why not, on anything else."""
     if node == 0:
-        nodes.append((-1, "", 0))
+        nodes.append(_ROOT)
         node_keys.append(())
     node_keys[node] = tuple(entries)
     for name, value in entries.items():
@@ -215,7 +229,7 @@ def _walk(
             leaf_names.append(name)
         elif cls is TensorDict:
             child = len(nodes)
-            nodes.append((node, name, depth + 1))
+            nodes.append(Node(node, name, depth + 1))
             node_keys.append(())
             declined = _walk(
                 value._tensordict,
@@ -235,20 +249,20 @@ def _walk(
     return None
 
 
-def _levels(nodes: list[tuple[int, str, int]]) -> tuple[Levels, list[int]]:
-    """``nodes`` (parent, name, depth; the root first) as Levels, and the trace's order of
-    the nodes (root first, level by level) as a list of their indexes in ``nodes``."""
+def _levels(nodes: list[Node]) -> tuple[Levels, list[int]]:
+    """``nodes`` (the root first) as Levels, and the trace's order of the nodes (root first,
+    level by level) as a list of their indexes in ``nodes``."""
     order = [0]
     parents: list[tuple[int, ...]] = []
     names: list[tuple[str, ...]] = []
     depth = 1
     while True:
-        above = {node: i for i, node in enumerate(n for n in order if nodes[n][2] == depth - 1)}
-        level = [i for i, node in enumerate(nodes) if node[2] == depth]
+        above = {n: i for i, n in enumerate(n for n in order if nodes[n].depth == depth - 1)}
+        level = [i for i, node in enumerate(nodes) if node.depth == depth]
         if not level:
             return Levels(tuple(parents), tuple(names)), order
-        parents.append(tuple(above[nodes[i][0]] for i in level))
-        names.append(tuple(nodes[i][1] for i in level))
+        parents.append(tuple(above[nodes[i].parent] for i in level))
+        names.append(tuple(nodes[i].name for i in level))
         order.extend(level)
         depth += 1
 
@@ -277,16 +291,16 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
     if plan.has_attributes:
         return Generic.ATTRIBUTE
     # Each owner once: a module at two paths, or a slot named twice, takes the generic path
-    found: list[tuple[int, str, int]] = [(-1, "", 0)]  # (parent, name, depth) per owner
+    found = [_ROOT]  # per owner
     index_of = {id(root.__dict__): 0}
     by_modules = {id(root._modules): 0}
-    for parent_modules, name, child in reads.chain:
-        parent = by_modules.get(id(parent_modules))
-        if parent is None or id(child.__dict__) in index_of:
+    for link in reads.chain:
+        parent = by_modules.get(id(link.parent_modules))
+        if parent is None or id(link.child.__dict__) in index_of:
             return Generic.REPEATED
-        index_of[id(child.__dict__)] = len(found)
-        by_modules[id(child._modules)] = len(found)
-        found.append((parent, name, found[parent][2] + 1))
+        index_of[id(link.child.__dict__)] = len(found)
+        by_modules[id(link.child._modules)] = len(found)
+        found.append(Node(parent, link.name, found[parent].depth + 1))
     levels, order = _levels(found)
     position = {node: i for i, node in enumerate(order)}
     owners = _owners_in_order(root, levels)

@@ -194,17 +194,35 @@ class Plan:
             self.direct = False
 
 
+class Link(NamedTuple):
+    """A module on a key's path, as the build reached it."""
+
+    parent_modules: dict
+    """Its parent's ``_modules``."""
+    name: str
+    """Its name there."""
+    child: nn.Module
+    """The module itself."""
+
+
+class SlotRef(NamedTuple):
+    """A slot: one name in one of a module's dicts."""
+
+    slot: dict
+    name: str
+
+
 @dataclass(slots=True)
 class TreeReads:
     """What the build read of the module tree besides the entries (``build.py`` writes it):
     the cache's ``Staleness``, the Route and the distributed check read it."""
 
-    chain: list[tuple[dict, str, nn.Module]] = field(default_factory=list)
-    """``(parent._modules, name, child)`` of each module on a key's path, once each."""
+    chain: list[Link] = field(default_factory=list)
+    """Each module on a key's path, once each."""
     root_dicts: tuple[dict, dict] | None = None
     """The root's ``_parameters`` and ``_buffers``, if the root owns a key."""
-    tie_groups: list[list[tuple[dict, str]]] = field(default_factory=list)
-    """The ``(slot, name)`` pairs that held one tensor at build time."""
+    tie_groups: list[list[SlotRef]] = field(default_factory=list)
+    """The slots that held one tensor at build time, a group per tensor."""
     may_repeat_slots: bool = False
     """Traced: the build found a tensor under two names, so ``finish`` looks for a slot
     that two entries name (``id(slot)`` is a guard on the dict; eager always looks)."""
