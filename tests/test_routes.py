@@ -17,6 +17,7 @@ import fcall
 from fcall._core import flatten as _flatten
 from fcall._core import traced as _traced
 from fcall._core.build import build
+from fcall._core.levels import descend, modules_of, pick
 from fcall._core.routes import Generic, route_of_dict, route_of_tensordict, with_preserve
 from fcall._core.tree import unwrap
 from fcall._core.types import attributes_of
@@ -37,16 +38,16 @@ def _routed(params, module, tie_weights=True):
         route = route_of_dict(shape, module, "t", tie_weights)
         if isinstance(route, Generic):
             return route
-        values = _traced._pick(level_values, route.leaf_nodes)
+        values = pick(level_values, route.leaf_nodes)
     else:
         route = route_of_tensordict(params, module, "t", tie_weights)
         if isinstance(route, Generic):
             return route
         values = _traced._tensordict_values(params, route)
-    owners = _traced._descend([unwrap(module)[0]], route.owners, _traced._modules_of)
+    owners = descend([unwrap(module)[0]], route.owners, modules_of)
     dicts = [owner._parameters for owner in owners]
     dicts += [owners[i]._buffers for i in route.buffer_owners]
-    slots = _traced._pick(dicts, route.slots)
+    slots = pick(dicts, route.slots)
     return route, [(id(slot), name) for slot, name in zip(slots, route.names)], values
 
 
@@ -103,10 +104,10 @@ def test_a_routes_plan_makes_the_generic_plans_entries_when_first_read(case, att
     traced hot path reads ``slots`` and ``slot_names``); then they are the generic plan's."""
     _, params, module = case
     route, _, values = _routed(params, module, tie_weights=False)
-    owners = _traced._descend([unwrap(module)[0]], route.owners, _traced._modules_of)
+    owners = descend([unwrap(module)[0]], route.owners, modules_of)
     dicts = [owner._parameters for owner in owners]
     dicts += [owners[i]._buffers for i in route.buffer_owners]
-    plan = _traced._plan(route, _traced._pick(dicts, route.slots), owners, attributes, None)
+    plan = _traced._plan(route, pick(dicts, route.slots), owners, attributes, None)
     assert plan._entries is None, "made before anything read them"
     generic, leaves = _generic(params, module, tie_weights=False)
     made = plan.entries

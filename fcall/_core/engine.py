@@ -156,7 +156,7 @@ def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> 
 def _write(
     plan: Plan, values: Sequence[Any], targets: list[dict | None] | None, to_end: bool
 ) -> None:
-    """The one write loop: each value into its slot (``targets``: the dict each value goes
+    """The writes: each value into its slot (``targets``: the dict each value goes
     into, when some value changes dict, ``None`` where it stays; a value that moves leaves
     its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
@@ -191,7 +191,7 @@ def restore(swap: Swap) -> Sequence[Any]:
         if swap.reorder_in is not None:  # copies: every slot holds what it held
             reregister_restored(plan, swap.reorder_in, False)
         return []
-    # The one restore loop: the very same objects back into their slots (a value that
+    # The restore: the very same objects back into their slots (a value that
     # moved leaves the dict it went into; a slot deleted in the block is registered
     # again), what each slot held, and whether any held another value than the swap put
     # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph

@@ -20,7 +20,7 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks
 
-from .tree import unwrap
+from .tree import owner_at, unwrap
 from .types import Plan
 
 
@@ -128,7 +128,8 @@ def run_hooks(
         value = slot[name]
         if not isinstance(value, nn.Parameter):
             continue
-        owner = root.get_submodule(plan.names[index].rpartition(".")[0])
+        prefix = plan.names[index].rpartition(".")[0]
+        owner = owner_at(root, prefix.split(".") if prefix else ())
         for hook in list(_global_parameter_registration_hooks.values()):
             output = hook(owner, name, value)
             if output is not None:

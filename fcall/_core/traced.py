@@ -45,7 +45,8 @@ from .._compat import (
     tensor_facts,
 )
 from .flatten import Leaves, wrapped
-from .routes import Generic, Levels, Route, route_of_dict, route_of_tensordict, with_preserve
+from .levels import descend, entries_of, modules_of, pick
+from .routes import Generic, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
 from .types import Distributed, Plan, RouteOnly, new_entry
@@ -80,7 +81,7 @@ def resolve(
     if route is None:
         return None
     if level_values is not None:
-        values: Sequence[Any] | None = _pick(level_values, route.leaf_nodes)
+        values: Sequence[Any] | None = pick(level_values, route.leaf_nodes)
     else:
         values = _tensordict_values(params, route)
     if values is None:
@@ -92,17 +93,17 @@ def resolve(
         if level_values is None:  # a TensorDict's values read now (a dict's: _dict_shape)
             tuple(map(isinstance, values, _repeat(torch.Tensor)))  # see fcall/README.md
     root, _ = unwrap(module)
-    owners = _descend([root], route.owners, _modules_of)
+    owners = descend([root], route.owners, modules_of)
     parameters = tuple(map(getattr, owners, _repeat("_parameters")))
     if not _same(tuple(map(tuple, parameters)), route.owner_keys):
         return None
     dicts = parameters
     if route.buffer_owners:
-        buffers = tuple(map(getattr, _pick(owners, route.buffer_owners), _repeat("_buffers")))
+        buffers = tuple(map(getattr, pick(owners, route.buffer_owners), _repeat("_buffers")))
         if not _same(tuple(map(tuple, buffers)), route.buffer_keys):
             return None
         dicts = parameters + buffers
-    slots = _pick(dicts, route.slots)
+    slots = pick(dicts, route.slots)
     # the owners' __dict__ (a Dynamo dict of each module's attributes, costly to build) only
     # where the writes need it: to_module(preserve_module_state=False) moves values between
     # dicts; elsewhere a slot deleted in the block asks for it (Plan.attributes_of)
@@ -111,7 +112,7 @@ def resolve(
         return None
     plan = _plan(route, slots, owners, group_by_dict and not make_parameters, preserved)
     if group_by_dict:
-        plan.dict_groups = list(zip(_pick(dicts, route.group_slots), map(list, route.group_names)))
+        plan.dict_groups = list(zip(pick(dicts, route.group_slots), map(list, route.group_names)))
     leaves = Leaves(params, api)
     leaves.values = list(values)  # one extend of a tuple: no side effect per value
     return plan, leaves
@@ -128,7 +129,7 @@ def _parameters_made(route: Route, values: Sequence[Any]) -> tuple:
     rule = route.preserve
     assert rule is not None  # to_module's Route
     with TRACEABLE_PARAMETER:  # once, not per Parameter
-        return tuple(map(nn.Parameter, _pick(values, rule.wrap), rule.wrap_requires_grad))
+        return tuple(map(nn.Parameter, pick(values, rule.wrap), rule.wrap_requires_grad))
 
 
 def _preserved(
@@ -149,11 +150,11 @@ def _preserved(
     if False in empty:  # a slot that held None holds a tensor now
         return None
     tuple(map(isinstance, values, _repeat(torch.Tensor)))  # every value read: guarded
-    return list(_pick((*values, *made), rule.order))
+    return list(pick((*values, *made), rule.order))
 
 
 def _slot_values(slots: Sequence[dict], names: tuple[str, ...], entries: tuple[int, ...]) -> tuple:
-    return tuple(map(dict.__getitem__, _pick(slots, entries), _pick(names, entries)))
+    return tuple(map(dict.__getitem__, pick(slots, entries), pick(names, entries)))
 
 
 def _dict_shape(params: dict, ordered: bool) -> tuple[list[tuple], list[Any]]:
@@ -177,7 +178,7 @@ def _dict_shape(params: dict, ordered: bool) -> tuple[list[tuple], list[Any]]:
         is_dict = tuple(map(isinstance, values, _repeat(dict)))
         shape.append((level_keys, is_dict, tuple(map(isinstance, values, _repeat(torch.Tensor)))))
         everything.extend(values)
-        level = _pick(values, _where(is_dict))
+        level = pick(values, _where(is_dict))
     return shape, everything
 
 
@@ -190,36 +191,10 @@ def _tensordict_values(params: Any, route: Route) -> Sequence[Any] | None:
     """The leaves of a TensorDict in the Route's order; ``None`` if its keys differ from
     those the Route was built on (the TensorDict was changed in the trace)."""
     assert route.nodes is not None  # a TensorDict's Route
-    nodes = _descend([wrapped(params)._tensordict], route.nodes, _entries_of)
+    nodes = descend([wrapped(params)._tensordict], route.nodes, entries_of)
     if not _same(tuple(map(tuple, nodes)), route.node_keys):
         return None
-    return tuple(map(dict.__getitem__, _pick(nodes, route.leaf_nodes), route.leaf_names))
-
-
-def _modules_of(level: Sequence[Any]) -> tuple:
-    return tuple(map(getattr, level, _repeat("_modules")))
-
-
-def _entries_of(level: Sequence[Any]) -> Sequence[Any]:
-    return level
-
-
-def _descend(top: list, levels: Levels, containers: Any) -> list:
-    """The nodes of ``levels`` below ``top``: ``top`` first, then each level."""
-    found = list(top)
-    level: Sequence[Any] = top
-    for parents, names in zip(levels.parents, levels.names):
-        level = tuple(map(dict.__getitem__, containers(_pick(level, parents)), names))
-        if containers is _entries_of:  # a TensorDict node: its entries
-            level = tuple(map(getattr, level, _repeat("_tensordict")))
-        found.extend(level)
-    return found
-
-
-def _pick(items: Sequence[Any], indexes: tuple[int, ...]) -> tuple:
-    """``[items[i] for i in indexes]`` in one builtin call (``operator.itemgetter`` is a
-    polyfill that Dynamo steps through per item)."""
-    return tuple(map(operator.getitem, _repeat(items), indexes))
+    return tuple(map(dict.__getitem__, pick(nodes, route.leaf_nodes), route.leaf_names))
 
 
 def _plan(

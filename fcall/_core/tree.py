@@ -1,8 +1,10 @@
 """The module tree as keys see it: wrappers, the optional prefixes, paths and slots.
 
 One unwrap (``unwrap``: ``torch.compile``'s ``OptimizedModule`` and DDP), one rule for the
-prefixes a key may carry (``unwrap_for_keys``), one path -> submodule resolver
-(``owner_at``) and one name -> slot rule (``slot_of``), for every front and the builder.
+prefixes a key may carry (``unwrap_for_keys``), a path -> submodule resolver for the fronts
+and the registration hooks (``owner_at``; the builder walks each key's path itself, recording
+the modules it reads, and a Route's owners are reached by ``levels.descend``) and one name ->
+slot rule (``slot_of``), for every front and the builder.
 """
 
 from __future__ import annotations
