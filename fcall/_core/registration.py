@@ -71,6 +71,12 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     run_hooks(plan, module, None, order, [])
 
 
+def dict_groups(plan: Plan) -> list[tuple[dict, list[str]]]:
+    """The names ``plan`` writes into each of its slot dicts, in its entries' order (a Route
+    takes them as slot indexes, routes.py)."""
+    return _groups(plan, range(len(plan.entries)), None)
+
+
 def _groups(plan: Plan, order: Sequence[int], targets: list[dict | None] | None) -> list:
     """The names written into each dict, in ``order``: ``[(dict, [names])]``.
 

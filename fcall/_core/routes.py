@@ -20,6 +20,7 @@ from torch import nn
 
 from .build import build
 from .levels import Levels, descend, modules_of
+from .registration import dict_groups
 from .tree import unwrap
 from .types import Key, SlotKind
 
@@ -315,20 +316,16 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
             buffer_owners.append(owner)
             slots.append(len(owners) + len(buffer_owners) - 1)
         owner_of_entry.append(owner)
-    group_slots: list[int] = []
-    group_names: list[list[str]] = []
-    for slot, entry in zip(slots, plan.entries):
-        if slot not in group_slots:
-            group_slots.append(slot)
-            group_names.append([])
-        group_names[group_slots.index(slot)].append(entry.name)
-    # A dict that already ends with its names, in order, is left as it is (the trace checks
-    # its keys, in order, against these: _traced.resolve)
+    # to_module's registration order: registration's groups, each dict as its slot index. A
+    # dict that already ends with its names, in order, is left as it is (the trace checks its
+    # keys, in order, against these: traced.resolve)
+    slot_of_dict = {id(entry.slot): slot for entry, slot in zip(plan.entries, slots)}
+    groups = [(slot_of_dict[id(d)], names) for d, names in dict_groups(plan)]
     buffer_keys = tuple(tuple(owners[i]._buffers) for i in buffer_owners)
     keys_of = [*owner_keys, *buffer_keys]
     moved = [
         (slot, names)
-        for slot, names in zip(group_slots, group_names)
+        for slot, names in groups
         if keys_of[slot][len(keys_of[slot]) - len(names) :] != tuple(names)
     ]
     return Route(
