@@ -229,3 +229,65 @@ def bad_params_form(api: str, params: object) -> str:
         f"{type(params)}.\n{api}: pass a dict of tensors, a TensorDict or a TensorDictParams. "
         f"{UNCHANGED}"
     )
+
+
+# --- distributed trees (fcall/_core/distributed.py) ------------------------------------------
+
+
+def _what_works_on_fsdp(root_name: str) -> str:
+    return (
+        f"What works on an FSDP2 module: param sets without gradients (e.g. "
+        f"fcall.from_module({root_name.lower()}).detach().clone(), DTensors with the module's "
+        f"placements, or full tensors of the full shape), which fcall copies into the sharded "
+        f"parameters and restores exactly on exit."
+    )
+
+
+def requires_grad_on_fsdp(api: str, key: str, root_name: str) -> str:
+    return (
+        f"{api}: {key!r} requires grad (or is batched by vmap), but {root_name} is sharded with "
+        f"FSDP2 (fully_shard). FSDP re-registers its own parameters before every forward, so "
+        f"fcall swaps by copying into the sharded parameters: gradients would reach the "
+        f"module's parameters, not this value. Pass detached values (params.detach()), or copy "
+        f"them in with fcall.to_module(params, module, inplace=True) and train the module's "
+        f"own parameters. {_what_works_on_fsdp(root_name)} {UNCHANGED}"
+    )
+
+
+def fsdp_shape(
+    api: str,
+    key: str,
+    shape: torch.Size,
+    full_shape: torch.Size,
+    local: tuple[int, ...] | None,
+) -> str:
+    """``local``: the shape of the parameter's local shard, if it is sharded."""
+    hint = (
+        f" (the local shard has shape {local}; give the full tensor or a DTensor instead)"
+        if local is not None and tuple(shape) == local
+        else ""
+    )
+    return (
+        f"{api}: {key!r} has shape {tuple(shape)}, but the FSDP2-sharded parameter it "
+        f"replaces has full shape {tuple(full_shape)}{hint}. {UNCHANGED}"
+    )
+
+
+def fsdp_mesh(api: str, key: str, mesh: object, target_mesh: object) -> str:
+    return (
+        f"{api}: {key!r} is a DTensor on {mesh}, but the FSDP2-sharded parameter "
+        f"it replaces lives on {target_mesh}. Give a DTensor on the parameter's mesh "
+        f"or a full tensor. {UNCHANGED}"
+    )
+
+
+def grad_through_ddp(api: str, key: str) -> str:
+    return (
+        f"{api}: {key!r} requires grad (or is batched by vmap), but the module is wrapped in "
+        f"DistributedDataParallel, whose gradient all-reduce only watches the wrapped module's "
+        f"own parameters: this value's gradient would silently stay local to each rank. To "
+        f"train swapped parameters, swap into ddp.module (e.g. fcall.functional_call("
+        f"ddp.module, params, args)) and all-reduce their gradients yourself "
+        f"(torch.distributed.all_reduce(p.grad); p.grad /= world_size), or pass detached "
+        f"values for a target network. {UNCHANGED}"
+    )

@@ -146,7 +146,7 @@ def _prepare_sharded(
             if target is None:
                 raise ValueError(_errors.inplace_none_target(api, key))
             if mode is not INPLACE and tracks_gradients(value):
-                raise RuntimeError(_requires_grad_on_fsdp(api, key, root_name))
+                raise RuntimeError(_errors.requires_grad_on_fsdp(api, key, root_name))
             swap.sharded.shards.append(target)
             new.append(_laid_out_like(value, target, api, key))
             old.append(target.detach().clone())
@@ -160,78 +160,30 @@ def _laid_out_like(value: torch.Tensor, target: torch.Tensor, api: str, key: str
         if isinstance(value, DTensor):
             value = value.full_tensor()
         if value.shape != target.shape:
-            raise RuntimeError(_shape(api, key, value, target))
+            raise _wrong_shape(api, key, value, target)
         return value
     if isinstance(value, DTensor):
         if value.device_mesh != target.device_mesh:
-            raise RuntimeError(_mesh(api, key, value, target))
+            raise RuntimeError(_errors.fsdp_mesh(api, key, value.device_mesh, target.device_mesh))
         if value.shape != target.shape:
-            raise RuntimeError(_shape(api, key, value, target))
+            raise _wrong_shape(api, key, value, target)
         if tuple(value.placements) != tuple(target.placements):
             value = value.redistribute(target.device_mesh, target.placements)
         return value
     if value.shape != target.shape:
-        raise RuntimeError(_shape(api, key, value, target))
+        raise _wrong_shape(api, key, value, target)
     return distribute_tensor(
         value.to(target.device), target.device_mesh, target.placements, src_data_rank=None
     )
 
 
-def _what_works(root_name: str) -> str:
-    return (
-        f"What works on an FSDP2 module: param sets without gradients (e.g. "
-        f"fcall.from_module({root_name.lower()}).detach().clone(), DTensors with the module's "
-        f"placements, or full tensors of the full shape), which fcall copies into the sharded "
-        f"parameters and restores exactly on exit."
-    )
-
-
-def _requires_grad_on_fsdp(api: str, key: str, root_name: str) -> str:
-    return (
-        f"{api}: {key!r} requires grad (or is batched by vmap), but {root_name} is sharded with "
-        f"FSDP2 (fully_shard). FSDP re-registers its own parameters before every forward, so "
-        f"fcall swaps by copying into the sharded parameters: gradients would reach the "
-        f"module's parameters, not this value. Pass detached values (params.detach()), or copy "
-        f"them in with fcall.to_module(params, module, inplace=True) and train the module's "
-        f"own parameters. {_what_works(root_name)} {_errors.UNCHANGED}"
-    )
-
-
-def _shape(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> str:
+def _wrong_shape(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> RuntimeError:
     local = tuple(target.to_local().shape) if isinstance(target, DTensor) else None
-    hint = (
-        f" (the local shard has shape {local}; give the full tensor or a DTensor instead)"
-        if local is not None and tuple(value.shape) == local
-        else ""
-    )
-    return (
-        f"{api}: {key!r} has shape {tuple(value.shape)}, but the FSDP2-sharded parameter it "
-        f"replaces has full shape {tuple(target.shape)}{hint}. {_errors.UNCHANGED}"
-    )
-
-
-def _mesh(api: str, key: str, value: DTensor, target: DTensor) -> str:
-    return (
-        f"{api}: {key!r} is a DTensor on {value.device_mesh}, but the FSDP2-sharded parameter "
-        f"it replaces lives on {target.device_mesh}. Give a DTensor on the parameter's mesh "
-        f"or a full tensor. {_errors.UNCHANGED}"
-    )
+    return RuntimeError(_errors.fsdp_shape(api, key, value.shape, target.shape, local))
 
 
 def _refuse_grad_through_ddp(plan: Plan, leaves: Any, api: str) -> None:
     for entry, key in zip(plan.entries[: plan.given], plan.names):
         value = leaves.values[entry.leaf]
         if isinstance(value, torch.Tensor) and tracks_gradients(value):
-            raise RuntimeError(_grad_through_ddp(api, key))
-
-
-def _grad_through_ddp(api: str, key: str) -> str:
-    return (
-        f"{api}: {key!r} requires grad (or is batched by vmap), but the module is wrapped in "
-        f"DistributedDataParallel, whose gradient all-reduce only watches the wrapped module's "
-        f"own parameters: this value's gradient would silently stay local to each rank. To "
-        f"train swapped parameters, swap into ddp.module (e.g. fcall.functional_call("
-        f"ddp.module, params, args)) and all-reduce their gradients yourself "
-        f"(torch.distributed.all_reduce(p.grad); p.grad /= world_size), or pass detached "
-        f"values for a target network. {_errors.UNCHANGED}"
-    )
+            raise RuntimeError(_errors.grad_through_ddp(api, key))
