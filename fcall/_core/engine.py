@@ -32,7 +32,18 @@ from .flatten import Leaves
 from .plan import forget, read_slots, resolve
 from .registration import move_to_end, reregister, reregister_restored, run_hooks
 from .slot_values import preserved, registered_values
-from .types import GONE, Distributed, Entry, Mode, Plan, SlotKind, StalePlan, Swap, attributes_of
+from .types import (
+    GONE,
+    DictOrder,
+    Distributed,
+    Entry,
+    Mode,
+    Plan,
+    SlotKind,
+    StalePlan,
+    Swap,
+    attributes_of,
+)
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
 NONE = Distributed.NONE
@@ -106,7 +117,7 @@ def commit(swap: Swap) -> None:
         to_end = False
     else:
         if swap.targets is not None:
-            swap.orders = [(slot, list(slot)) for slot in _dicts_left(plan, swap.targets)]
+            swap.orders = [DictOrder(slot, list(slot)) for slot in _dicts_left(plan, swap.targets)]
         # (_to_end, inline: a call less on every swap)
         to_end = swap.reorder_in is not None and not plan.traced and not plan.repeated
         if plan.traced:  # nothing for Dynamo to replay after the graph (fcall/README.md)
@@ -223,8 +234,8 @@ def restore(swap: Swap) -> Sequence[Any]:
         current = held
         if plan.traced and swap.targets is not None:  # a value left a module's __dict__
             forget_added_attributes()  # before anything reads the module's attributes
-    for slot, order in swap.orders:  # a value that left a dict comes back in its place
-        move_to_end(slot, [key for key in order if key in slot])
+    for order in swap.orders:  # a value that left a dict comes back in its place
+        move_to_end(order.slot, [key for key in order.keys if key in order.slot])
     for rnn in plan.rnns:
         # arg-type: a dead reference (the RNN dropped during the swap) fails here, as always.
         # Not typing.cast: traced, Dynamo would rebuild the module it folds the cast through.

@@ -212,6 +212,13 @@ class SlotRef(NamedTuple):
     name: str
 
 
+class DictOrder(NamedTuple):
+    """A dict's keys in order, as a swap found them (its restore puts them back so)."""
+
+    slot: dict
+    keys: list[str]
+
+
 @dataclass(slots=True)
 class TreeReads:
     """What the build read of the module tree besides the entries (``build.py`` writes it):
@@ -303,8 +310,8 @@ class Swap:
     # per entry, only when a value changes dict: the dict its value goes into, None where
     # that is its slot's own
     targets: list[dict | None] | None = None
-    # (dict, its key order) of each dict a value left
-    orders: list[tuple[dict, list[str]]] = field(default_factory=list)
+    # each dict a value left, with its keys' order before the swap
+    orders: list[DictOrder] = field(default_factory=list)
     done: bool = False  # restored already: a second restore must not undo later swaps
     sharded: Sharded | None = None  # an FSDP2 tree's (distributed.py)
     # to_module's swaps: the module whose dicts get tensordict's registration order, on
