@@ -20,10 +20,11 @@ tensordict 0.15.3's.
   in 0.14.
 * ``validate_value``: ``TensorDictBase._validate_value`` takes the key (for its error
   message) in 0.15, not in 0.14.
-* ``comptime``, ``dynamo_variable``, ``has_pending_mutations``, ``inside_higher_order_op``,
-  ``tensor_facts``: the Dynamo internals the traced front (``fcall/_core/traced.py``) reads at
-  trace time, the same in torch 2.12-2.15: ``torch._dynamo.comptime``, a ``ComptimeVar``'s
-  VariableTracker, its real ``value`` or a traced tensor's type and ``requires_grad``, the
+* ``comptime``, ``local_items``, ``real_object``, ``has_pending_mutations``,
+  ``inside_higher_order_op``, ``tensor_facts``: the Dynamo internals the traced front
+  (``fcall/_core/traced.py``) reads at trace time, the same in torch 2.12-2.15:
+  ``torch._dynamo.comptime``, a ``ComptimeVar``'s VariableTracker (a tuple's ``items``), its
+  real ``value`` or a traced tensor's type and ``requires_grad``, the
   side-effect tracker's pending mutations of objects that existed before the trace, and
   whether the tracer is a higher-order op's (``vmap``).
 * ``hold_dicts``, ``settle_dicts``: the same tracker's record of a dict that existed before
@@ -53,7 +54,9 @@ from torch._dynamo.variables import base as _dynamo_variables
 __all__ = [
     "BufferLegacy",
     "comptime",
-    "dynamo_variable",
+    "keep_local",
+    "local_items",
+    "real_object",
     "has_pending_mutations",
     "forget_added_attributes",
     "hold_dicts",
@@ -102,12 +105,23 @@ def no_previous() -> None:
     return None
 
 
-def dynamo_variable(ctx: Any, name: str) -> Any:
-    """At trace time (a ``comptime`` callback): the real object behind the caller's local
-    ``name``, or ``None`` if Dynamo has none (an object made in the trace)."""
+def local_items(ctx: Any, name: str) -> dict[str, Any]:
+    """At trace time (a ``comptime`` callback): the items of the caller's local ``name``, a
+    tuple built in the trace, by the names in its own first item (a tuple of strings)."""
     from torch._dynamo.variables.lazy import LazyVariableTracker
 
     var = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker()
+    if isinstance(var, LazyVariableTracker):
+        var = var.realize()
+    names, *items = var.items
+    return dict(zip(names.as_python_constant(), items))
+
+
+def real_object(var: Any) -> Any:
+    """At trace time: the real object behind Dynamo's variable ``var``, or ``None`` if Dynamo
+    has none (an object made in the trace)."""
+    from torch._dynamo.variables.lazy import LazyVariableTracker
+
     if isinstance(var, LazyVariableTracker):
         var = var.realize()
     if getattr(var, "source", None) is None:
@@ -138,15 +152,17 @@ def inside_higher_order_op(ctx: Any) -> bool:
     return tx.output.current_tracer.parent is not None
 
 
-def tensor_facts(ctx: Any, name: str, positions: tuple[int, ...]) -> list[tuple[bool, bool]] | None:
-    """At trace time: for the items at ``positions`` of the caller's list ``name``, whether
-    each is a Parameter and whether it requires grad, as Dynamo traces them; ``None`` if one
-    is not a traced tensor."""
+def tensor_facts(var: Any, positions: tuple[int, ...]) -> list[tuple[bool, bool]] | None:
+    """At trace time: for the items at ``positions`` of Dynamo's list variable ``var``,
+    whether each is a Parameter and whether it requires grad, as Dynamo traces them;
+    ``None`` if one is not a traced tensor."""
     from torch import nn
     from torch._dynamo.variables.lazy import LazyVariableTracker
     from torch._dynamo.variables.tensor import TensorVariable
 
-    items = ctx.get_local(name)._i_will_not_complain_if_bc_breaks_VariableTracker().items
+    if isinstance(var, LazyVariableTracker):
+        var = var.realize()
+    items = var.items
     facts = []
     for position in positions:
         var = items[position]
@@ -212,20 +228,20 @@ def hold_dicts(dicts: tuple[dict, ...]) -> None:
     """Traced, before a swap writes ``dicts``: each one's items, and whether the trace had
     changed it already (``settle_dicts`` reads them)."""
     comptime(_hold)  # reads `dicts`
-    _alive(dicts)
+    keep_local(dicts)
 
 
 def settle_dicts(dicts: tuple[dict, ...]) -> None:
     """Traced, after a swap's restore: each of ``dicts`` that holds what ``hold_dicts``
     saw, and that the trace had not changed then, is marked unchanged."""
     comptime(_settle)  # reads `dicts`
-    _alive(dicts)
+    keep_local(dicts)
 
 
-def _alive(dicts: tuple[dict, ...]) -> None:
-    """Read after the ``comptime`` call, so that ``dicts`` is a live local there: Dynamo 2.14
-    drops from its frame state, in some frames (an exception's ``__exit__``), the locals
-    that no later code reads."""
+def keep_local(value: Any) -> None:
+    """Called with a local that a ``comptime`` callback reads, after the ``comptime`` call,
+    so that the local is live there: Dynamo 2.14 drops from its frame state, in some frames
+    (an exception's ``__exit__``), the locals that no later code reads."""
 
 
 def _hold(ctx: Any) -> None:

@@ -17,8 +17,8 @@ import fcall
 from fcall._core import flatten as _flatten
 from fcall._core import traced as _traced
 from fcall._core.build import build
-from fcall._core.levels import descend, modules_of, pick
 from fcall._core.routes import Generic, route_of_dict, route_of_tensordict, with_preserve
+from fcall._core.traced import descend, modules_of, pick
 from fcall._core.tree import unwrap
 from fcall._core.types import attributes_of
 from tests.support import Net, Tied, flat

@@ -19,7 +19,6 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from torch import nn
 
 from .build import build
-from .levels import Levels, descend, modules_of
 from .registration import dict_groups
 from .tree import unwrap
 from .types import Key, SlotKind
@@ -47,6 +46,16 @@ class Generic(enum.Enum):
     DICT_SUBCLASS = "a slot dict of a dict subclass"
     PARAMETER_FOR_BUFFER = "to_module's PRESERVE: a Parameter bound for a buffer slot"
     NOT_TRACED_TENSORS = "to_module's PRESERVE: a value that is not a traced tensor"
+
+
+class Levels(NamedTuple):
+    """How the trace reaches the nodes of a tree below its root, a level at a time: the
+    nodes of a level are ``node[name]`` of nodes of the level above."""
+
+    parents: tuple[tuple[int, ...], ...]
+    """Per level, the index of each node's parent in the level above."""
+    names: tuple[tuple[str, ...], ...]
+    """Per level, each node's name in its parent."""
 
 
 class Node(NamedTuple):
@@ -295,7 +304,7 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
         found.append(Node(parent, link.name, found[parent].depth + 1))
     levels, order = _levels(found)
     position = {node: i for i, node in enumerate(order)}
-    owners = descend([root], levels, modules_of)
+    owners = _owners(root, levels)
     owner_keys = tuple(tuple(owner._parameters) for owner in owners)
     buffer_owners: list[int] = []
     slots: list[int] = []
@@ -372,7 +381,7 @@ def with_preserve(
     a Parameter, whether it requires grad) and the module's slots; the generic path for a
     Parameter bound for a buffer slot. Not batched: no Route is made under vmap."""
     root, _ = unwrap(module)
-    owners = descend([root], route.owners, modules_of)
+    owners = _owners(root, route.owners)
     wrap, wrap_requires_grad, kept, kept_requires_grad, empty = [], [], [], [], []
     for index, ((is_parameter, requires_grad), buffer, owner, name) in enumerate(
         zip(facts, route.buffers, route.owner_of_entry, route.names)
@@ -404,3 +413,13 @@ def with_preserve(
             order=tuple(position.get(index, index) for index in range(count)),
         )
     )
+
+
+def _owners(root: nn.Module, levels: Levels) -> list[nn.Module]:
+    """The owners below ``root`` that ``levels`` reach, root first, level by level: the trace's
+    own descent (``traced.descend``), run here in eager at trace time. Imported on call:
+    traced.py imports this module. It lives there because the trace calls it: a function of
+    another module adds guards on that module and its globals to every compiled swap."""
+    from .traced import descend, modules_of
+
+    return descend([root], levels, modules_of)

@@ -39,14 +39,14 @@ from torch import nn
 
 from .._compat import (
     comptime,
-    dynamo_variable,
     has_pending_mutations,
     inside_higher_order_op,
+    local_items,
+    real_object,
     tensor_facts,
 )
 from .flatten import Leaves, wrapped
-from .levels import descend, entries_of, modules_of, pick
-from .routes import Generic, Route, route_of_dict, route_of_tensordict, with_preserve
+from .routes import Generic, Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
 from .types import Distributed, Plan, RouteOnly, new_entry
@@ -73,10 +73,12 @@ def resolve(
     # _decide reads as a local of this frame); a TensorDict's outside it, from the real
     # object, then checked against the traced one (_tensordict_values)
     ordered = make_parameters or group_by_dict  # to_module: the order is tensordict's order
-    shape, level_values = (  # noqa: RUF059
-        _dict_shape(params, ordered) if isinstance(params, dict) else (None, None)
-    )
-    comptime(_decide)  # reads module, params, shape, api, tie_weights (locals here)
+    shape, level_values = _dict_shape(params, ordered) if isinstance(params, dict) else (None, None)
+    # what _decide is given: one tuple, its items' names first (a literal: no guard)
+    names = ("module", "params", "shape", "level_values", "api", "tie_weights", "make_parameters")
+    request = (names, module, params, shape, level_values, api, tie_weights, make_parameters)
+    comptime(_decide)  # reads `request`
+    del request  # read by _decide only (a call here would add guards to every swap)
     route = _decided()
     if route is None:
         return None
@@ -197,6 +199,35 @@ def _tensordict_values(params: Any, route: Route) -> Sequence[Any] | None:
     return tuple(map(dict.__getitem__, pick(nodes, route.leaf_nodes), route.leaf_names))
 
 
+def modules_of(level: Sequence[Any]) -> tuple:
+    """A module tree's containers of the next level: each module's ``_modules``."""
+    return tuple(map(getattr, level, _repeat("_modules")))
+
+
+def entries_of(level: Sequence[Any]) -> Sequence[Any]:
+    """A TensorDict tree's containers of the next level: each node's entries (``descend``
+    reads ``_tensordict`` of each node it reaches)."""
+    return level
+
+
+def descend(top: list, levels: Levels, containers: Any) -> list:
+    """The nodes of ``levels`` below ``top``: ``top`` first, then each level."""
+    found = list(top)
+    level: Sequence[Any] = top
+    for parents, names in zip(levels.parents, levels.names):
+        level = tuple(map(dict.__getitem__, containers(pick(level, parents)), names))
+        if containers is entries_of:  # a TensorDict node: its entries
+            level = tuple(map(getattr, level, _repeat("_tensordict")))
+        found.extend(level)
+    return found
+
+
+def pick(items: Sequence[Any], indexes: tuple[int, ...]) -> tuple:
+    """``[items[i] for i in indexes]`` in one builtin call (``operator.itemgetter`` is a
+    polyfill that Dynamo steps through per item)."""
+    return tuple(map(operator.getitem, _repeat(items), indexes))
+
+
 def _plan(
     route: Route,
     slots: Sequence[dict],
@@ -257,22 +288,23 @@ def _route_of(ctx: Any) -> Route | Generic:
         return Generic.CHANGED_IN_TRACE
     if not torch._dynamo.config.skip_no_tensor_aliasing_guards_on_parameters:
         return Generic.ALIASING_GUARDS  # the generic path reads the module's tensors
-    module = dynamo_variable(ctx, "module")
-    api = ctx.get_local("api").as_python_constant()
-    tie_weights = ctx.get_local("tie_weights").as_python_constant()
+    request = local_items(ctx, "request")  # resolve's, by name
+    module = real_object(request["module"])
+    api = request["api"].as_python_constant()
+    tie_weights = request["tie_weights"].as_python_constant()
     if not isinstance(module, nn.Module):
         return Generic.NOT_A_MODULE
-    shape = ctx.get_local("shape").as_python_constant()
-    preserve = ctx.get_local("make_parameters").as_python_constant()
+    shape = request["shape"].as_python_constant()
+    preserve = request["make_parameters"].as_python_constant()
     if preserve and inside_higher_order_op(ctx):  # under vmap the values are batched
         return Generic.UNDER_VMAP
     if shape is None:
-        params = dynamo_variable(ctx, "params")
+        params = real_object(request["params"])
         return route_of_tensordict(params, module, api, tie_weights, preserve)
     route = route_of_dict(shape, module, api, tie_weights)
     if isinstance(route, Generic) or not preserve:
         return route
-    facts = tensor_facts(ctx, "level_values", route.leaf_nodes)
+    facts = tensor_facts(request["level_values"], route.leaf_nodes)
     if facts is None:
         return Generic.NOT_TRACED_TENSORS
     return with_preserve(route, module, facts)
