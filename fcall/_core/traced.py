@@ -17,14 +17,14 @@ its parent's ``_modules`` (the path, the module types), each owner's ``_paramete
 full, and compared with what the Route was built on. A module whose structure differs on a
 later call fails one of them and recompiles; the new trace decides again.
 
-Anything the Route does not cover is decided as a ``Generic`` reason (``routes.Generic``:
-``strict``, an unknown key, tied names given or aliased, a submodule at two paths, a plain
-tensor attribute, RNNs, FSDP2 and DDP trees, values that are not tensors, a module or params
-already changed in the trace, Dynamo's aliasing guards turned on, ...): ``resolve`` returns
-``None`` and the caller takes the generic traced path (``build`` traced), which raises the
-eager errors. The decision catches no exception: a Route that fails to build fails the
-compile. ``resolve`` also returns ``None`` when the trace's reads differ from what the Route
-was decided on (the trace changed the params or the module's dicts before the swap).
+Anything the Route does not cover is decided as a ``Generic`` reason (``routes.Generic``: an
+unknown key, tied names given or aliased, a submodule at two paths, a plain tensor attribute,
+RNNs, FSDP2 and DDP trees, values that are not tensors, a module or params already changed in
+the trace, Dynamo's aliasing guards turned on, ...; ``strict`` returns before the decision):
+``resolve`` returns ``None`` and the caller takes the generic traced path (``build`` traced),
+which raises the eager errors. The decision catches no exception: a Route that fails to build
+fails the compile. ``resolve`` also returns ``None`` when the trace's reads differ from what
+the Route was decided on (the trace changed the params or the module's dicts before the swap).
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ def resolve(
     written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
-    # a dict's key structure is read in the trace, a level at a time (`shape`, which
-    # _decide reads as a local of this frame); a TensorDict's outside it, from the real
-    # object, then checked against the traced one (_tensordict_values)
+    # a dict's key structure is read in the trace, a level at a time (`shape`, which _decide
+    # reads in `request`); a TensorDict's outside it, from the real object, then checked
+    # against the traced one (_tensordict_values)
     ordered = make_parameters or group_by_dict  # to_module: the order is tensordict's order
     shape, level_values = _dict_shape(params, ordered) if isinstance(params, dict) else (None, None)
     # what _decide is given: one tuple, its items' names first (a literal: no guard)
