@@ -54,7 +54,6 @@ from torch._dynamo.variables import base as _dynamo_variables
 __all__ = [
     "BufferLegacy",
     "comptime",
-    "keep_local",
     "local_items",
     "real_object",
     "has_pending_mutations",
@@ -228,17 +227,17 @@ def hold_dicts(dicts: tuple[dict, ...]) -> None:
     """Traced, before a swap writes ``dicts``: each one's items, and whether the trace had
     changed it already (``settle_dicts`` reads them)."""
     comptime(_hold)  # reads `dicts`
-    keep_local(dicts)
+    _keep_local(dicts)
 
 
 def settle_dicts(dicts: tuple[dict, ...]) -> None:
     """Traced, after a swap's restore: each of ``dicts`` that holds what ``hold_dicts``
     saw, and that the trace had not changed then, is marked unchanged."""
     comptime(_settle)  # reads `dicts`
-    keep_local(dicts)
+    _keep_local(dicts)
 
 
-def keep_local(value: Any) -> None:
+def _keep_local(value: Any) -> None:
     """Called with a local that a ``comptime`` callback reads, after the ``comptime`` call,
     so that the local is live there: Dynamo 2.14 drops from its frame state, in some frames
     (an exception's ``__exit__``), the locals that no later code reads."""
