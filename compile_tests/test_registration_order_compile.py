@@ -48,13 +48,15 @@ def test_compiled_to_module_runs_the_registration_hooks_as_eager(counter):
 
     cnt = counter("eager")
     fn = torch.compile(step, backend=cnt, fullgraph=True)
-    for name, run in (("eager", step), ("compiled", fn)):
-        calls = seen[name]
-
-        def hook(module, key, value, calls=calls):
+    def hook_into(calls):  # a closure: Dynamo 2.11 does not replay an append to a list
+        def hook(module, key, value):  # reached through a function's defaults
             calls.append((key, tuple(value.shape)))
 
+        return hook
+
+    for name, run in (("eager", step), ("compiled", fn)):
         m = make()
+        hook = hook_into(seen[name])
         handle = torch.nn.modules.module.register_module_parameter_registration_hook(hook)
         try:
             run(params_of(m), m, torch.randn(4, 3))

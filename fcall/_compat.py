@@ -1,6 +1,6 @@
 """What differs between the torch and tensordict releases fcall supports.
 
-Supported: torch 2.12-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
+Supported: torch 2.11-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
 matrix). Every difference the package depends on lives here, each with the
 versions it names, so that the rest of fcall is written against one behaviour:
 tensordict 0.15.3's.
@@ -22,15 +22,18 @@ tensordict 0.15.3's.
   message) in 0.15, not in 0.14.
 * ``comptime``, ``local_items``, ``real_object``, ``has_pending_mutations``,
   ``inside_higher_order_op``, ``tensor_facts``: the Dynamo internals the traced front
-  (``fcall/_core/traced.py``) reads at trace time, the same in torch 2.12-2.15:
+  (``fcall/_core/traced.py``) reads at trace time, the same in torch 2.11-2.15:
   ``torch._dynamo.comptime``, a ``ComptimeVar``'s VariableTracker (a tuple's ``items``), its
   real ``value`` or a traced tensor's type and ``requires_grad``, the
   side-effect tracker's pending mutations of objects that existed before the trace, and
   whether the tracer is a higher-order op's (``vmap``).
 * ``hold_dicts``, ``settle_dicts``: the same tracker's record of a dict that existed before
   the trace (``ConstDictVariable.items``, ``mutation_type.is_modified``, read by
-  ``SideEffects.is_modified``), the same in torch 2.12-2.15: a swapped dict that ends the
+  ``SideEffects.is_modified``), the same in torch 2.11-2.15: a swapped dict that ends the
   trace as it began is marked unchanged, so Dynamo replays nothing into it after the graph.
+* ``MODULE_DICT_TRACED``: torch < 2.12 traces a module's ``__dict__`` a key at a time (no
+  iteration, ``pop`` or ``del``): a traced ``to_module`` leaves a plain tensor attribute in its
+  place where eager moves it last (``registration._groups``).
 * ``forget_added_attributes``: torch < 2.13 replays a module attribute that the trace added
   to the module's ``__dict__`` and deleted again (``to_module(preserve_module_state=False)``
   and its undo) as ``del module.name``, which ``nn.Module.__delattr__`` turns into deleting
@@ -45,6 +48,7 @@ from collections.abc import Callable
 from typing import Any
 
 import tensordict.base as _td_base
+import torch
 from tensordict import TensorDictBase
 from tensordict._contextlib import LAST_OP_MAPS
 from torch import nn
@@ -58,6 +62,7 @@ __all__ = [
     "real_object",
     "has_pending_mutations",
     "forget_added_attributes",
+    "MODULE_DICT_TRACED",
     "hold_dicts",
     "settle_dicts",
     "inside_higher_order_op",
@@ -263,6 +268,17 @@ def _settle(ctx: Any) -> None:
         )
         if same and not changed_before:
             var.mutation_type.is_modified = False
+
+
+# --- torch < 2.12: a module's __dict__ is traced a key at a time ---------------------------
+# Dynamo 2.11 traces ``k in d``, ``d[k]``, ``d.get(k)`` and ``d[k] = v`` on a module's
+# ``__dict__`` (a ``GetAttrVariable``), nothing else: no iteration, ``pop``, ``del`` or
+# ``dict.__getitem__(d, k)``. There, traced, fcall reads and writes an attribute's slot one
+# entry at a time (``engine._by_entry``), takes a name out of a ``__dict__`` by ``delattr`` on
+# its owner (``engine._leave_traced``; on torch >= 2.12 Dynamo would replay that ``delattr``
+# as a deletion of the parameter the restore put back), and leaves a plain tensor attribute in
+# its place in the ``__dict__`` where eager moves it last (``registration._groups``).
+MODULE_DICT_TRACED = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 12)
 
 
 # --- torch < 2.13: a module attribute added and deleted in the trace is not replayed -------

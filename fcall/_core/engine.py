@@ -17,7 +17,7 @@ whose copies ``distributed.py`` makes.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import repeat
+from itertools import count, repeat
 from operator import is_, setitem
 from typing import Any
 
@@ -26,12 +26,13 @@ from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks as _hooks
 
 from .. import _errors
-from .._compat import forget_added_attributes, hold_dicts, settle_dicts
+from .._compat import MODULE_DICT_TRACED, forget_added_attributes, hold_dicts, settle_dicts
 from . import distributed
 from .flatten import Leaves
 from .plan import forget, read_slots, resolve
 from .registration import move_to_end, reregister, reregister_restored, run_hooks
 from .slot_values import preserved, registered_values
+from .tree import owner_at, unwrap
 from .types import (
     GONE,
     DictOrder,
@@ -47,6 +48,7 @@ from .types import (
 
 AS_IS, PRESERVE, REPLACE, INPLACE = Mode.AS_IS, Mode.PRESERVE, Mode.REPLACE, Mode.INPLACE
 NONE = Distributed.NONE
+PARAMETER, ATTRIBUTE = SlotKind.PARAMETER, SlotKind.ATTRIBUTE
 
 
 def swap_in(
@@ -84,6 +86,8 @@ def prepare(
         if sharded is not None:
             return sharded
     swap = Swap(plan, mode, leaves, non_blocking)
+    if plan.traced:
+        swap.module = module
     values = leaves.values
     if mode is INPLACE:
         swap.old = check_inplace(plan, values, api)
@@ -122,7 +126,7 @@ def commit(swap: Swap) -> None:
         to_end = swap.reorder_in is not None and not plan.traced and not plan.repeated
         if plan.traced:  # nothing for Dynamo to replay after the graph (fcall/README.md)
             hold_dicts((*plan.slots, *(swap.targets or ())))
-        _write(plan, swap.new, swap.targets, to_end)
+        _write(swap, swap.new, to_end)
         if plan.traced and swap.targets is not None:  # a value left a module's __dict__
             forget_added_attributes()
     if swap.reorder_in is not None and (_hooks or not to_end):  # to_end: the order is given
@@ -138,7 +142,13 @@ def _dicts_left(plan: Plan, targets: list[dict | None]) -> list[dict]:
     # architecture would recompile), and Dynamo 2.11 cannot trace `is` between two dicts:
     # a dict is told by its owner's path and its kind, constants (registration._groups).
     # A submodule at two paths may be listed twice: its order is restored twice, alike.
-    left = {(plan.names[i].rpartition(".")[0], plan.entries[i].kind): plan.slots[i] for i in moving}
+    # Where Dynamo cannot read a module's __dict__ (_compat.MODULE_DICT_TRACED), not an
+    # attribute's slot: Dynamo writes an attribute back after the graph in its place there.
+    left = {
+        (plan.names[i].rpartition(".")[0], plan.entries[i].kind): plan.slots[i]
+        for i in moving
+        if MODULE_DICT_TRACED or plan.entries[i].kind is not ATTRIBUTE
+    }
     return list(left.values())
 
 
@@ -164,28 +174,37 @@ def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> 
         reregister(swap.plan, module, swap.targets, new)
 
 
-def _write(
-    plan: Plan, values: Sequence[Any], targets: list[dict | None] | None, to_end: bool
-) -> None:
-    """The writes: each value into its slot (``targets``: the dict each value goes
+def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
+    """The writes: each value into its slot (``swap.targets``: the dict each value goes
     into, when some value changes dict, ``None`` where it stays; a value that moves leaves
     its slot's dict).
     ``to_end``: every name written goes to the end of its dict, in order, as tensordict's
     ``del d[name]; d[name] = value`` puts it. With no value changing dict and no name
     moved, the writes are one builtin call: in eager a C loop (``operator.setitem``, so a
     slot of a ``dict`` subclass keeps its own ``__setitem__``), traced a call that Dynamo
-    runs without stepping (fcall/README.md)."""
-    if targets is None and not to_end:
+    runs without stepping (fcall/README.md), unless a slot is a module's ``__dict__``
+    (``_by_entry``)."""
+    plan, targets = swap.plan, swap.targets
+    if targets is None and not to_end and not _by_entry(plan):
         write = dict.__setitem__ if plan.traced else setitem
         tuple(map(write, plan.slots, plan.slot_names, values))
         return
-    for target, slot, name, value in zip(
-        targets or repeat(None), plan.slots, plan.slot_names, values
+    for index, target, slot, name, value in zip(
+        count(), targets or repeat(None), plan.slots, plan.slot_names, values
     ):
-        if to_end or target is not None:
-            # pop, not del: a slot reached by two paths is moved once
-            slot.pop(name, None)
+        if to_end or target is not None:  # a pop, not del: a slot at two paths moves once
+            if plan.traced:
+                _leave_traced(swap, index, slot, plan.entries[index].kind)
+            else:
+                slot.pop(name, None)
         (slot if target is None else target)[name] = value
+
+
+def _by_entry(plan: Plan) -> bool:
+    """Whether a traced plan's reads and writes go one entry at a time: where Dynamo traces
+    a module's ``__dict__`` (an attribute's slot) a key at a time, ``d[k]``, ``d.get(k)`` and
+    ``d[k] = v``, not ``dict.__getitem__`` through ``map`` (``_compat.MODULE_DICT_TRACED``)."""
+    return plan.traced and plan.has_attributes and not MODULE_DICT_TRACED
 
 
 def restore(swap: Swap) -> Sequence[Any]:
@@ -207,7 +226,7 @@ def restore(swap: Swap) -> Sequence[Any]:
     # again), what each slot held, and whether any held another value than the swap put
     # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph
     # break, not a KeyError). Inline, not a helper: a call less on every restore.
-    if swap.targets is None and not plan.repeated:
+    if swap.targets is None and not plan.repeated and not _by_entry(plan):
         # builtin calls: C loops in eager, and traced calls that Dynamo runs without stepping
         # (fcall/README.md); the writes as in _write
         write = dict.__setitem__ if plan.traced else setitem
@@ -217,14 +236,19 @@ def restore(swap: Swap) -> Sequence[Any]:
     else:
         held = []
         changed = swap.targets is not None  # a value changed dict
-        for target, slot, name, old, new in zip(
-            swap.targets or repeat(None), plan.slots, plan.slot_names, swap.old, swap.new
+        for index, target, slot, name, old, new in zip(
+            count(), swap.targets or repeat(None), plan.slots, plan.slot_names, swap.old, swap.new
         ):
             now = (slot if target is None else target).get(name, GONE)
             held.append(now)
             if now is not new:  # forward reassigned it (a buffer), or deleted it
                 changed = True
-            if target is not None:
+            if target is None:
+                pass
+            elif plan.traced:  # (the only target of a Parameter slot is the __dict__)
+                kind = plan.entries[index].kind
+                _leave_traced(swap, index, target, ATTRIBUTE if kind is PARAMETER else kind)
+            else:
                 target.pop(name, None)
             slot[name] = old
         if plan.repeated:  # a slot two entries name was read again after its restore
@@ -251,6 +275,21 @@ def restore(swap: Swap) -> Sequence[Any]:
                 _check_deleted_slots(plan, current)
                 break
     return current
+
+
+def _leave_traced(swap: Swap, index: int, held: dict, kind: SlotKind) -> None:
+    """Traced: the name of entry ``index`` leaves ``held``, a dict of slot ``kind``. Where
+    Dynamo traces no ``pop`` on a module's ``__dict__`` (``_compat.MODULE_DICT_TRACED``),
+    the name leaves it by ``delattr`` on the owner, which removes from the ``__dict__`` a
+    name that no slot dict holds."""
+    name = swap.plan.entries[index].name
+    if kind is not ATTRIBUTE or MODULE_DICT_TRACED:
+        held.pop(name, None)
+    elif name in held:  # not: forward deleted it, or registered the name elsewhere
+        assert swap.module is not None  # prepare() sets it on a traced swap
+        prefix = swap.plan.names[index].rpartition(".")[0]
+        owner = owner_at(unwrap(swap.module)[0], prefix.split(".") if prefix else ())
+        delattr(owner, name)
 
 
 def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:
@@ -291,7 +330,7 @@ def reapply(swap: Swap, current: Sequence[Any]) -> None:
     """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
     and the swap can be restored again."""
     to_end = _to_end(swap)
-    _write(swap.plan, current, swap.targets, to_end)
+    _write(swap, current, to_end)
     swap.new = list(current)
     if swap.reorder_in is not None:
         _reregister(swap, swap.reorder_in, swap.new, to_end)

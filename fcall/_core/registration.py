@@ -20,8 +20,11 @@ from typing import Any
 from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks
 
+from .._compat import MODULE_DICT_TRACED
 from .tree import owner_at, unwrap
-from .types import Plan
+from .types import Plan, SlotKind
+
+ATTRIBUTE = SlotKind.ATTRIBUTE
 
 
 def reregister(
@@ -42,8 +45,8 @@ def reregister(
         for slot, names in plan.dict_groups:
             if names:
                 move_to_end(slot, names)
-    else:
-        for slot, names in _groups(plan, order, targets):
+    else:  # a value that changed dict was just written last into it, in this order
+        for slot, names in _groups(plan, order, targets, stayed_only=True):
             move_to_end(slot, names)
     run_hooks(plan, module, targets, order, new)
 
@@ -77,20 +80,29 @@ def dict_groups(plan: Plan) -> list[tuple[dict, list[str]]]:
     return _groups(plan, range(len(plan.entries)), None)
 
 
-def _groups(plan: Plan, order: Sequence[int], targets: list[dict | None] | None) -> list:
+def _groups(
+    plan: Plan, order: Sequence[int], targets: list[dict | None] | None, stayed_only: bool = False
+) -> list:
     """The names written into each dict, in ``order``: ``[(dict, [names])]``.
 
     The order of a dict after the moves depends only on those: the other names keep
     theirs, before them. A dict is told from the others by its owner's name and the kind
     of slot, constants (traced, ``id()`` of a module's dict guards on it, and ``d1 is d2``
     reads its tensors into guarded graph inputs), and whether the value left the slot's
-    dict (``targets``: the dict it went into, ``None`` where it stayed)."""
+    dict (``targets``: the dict it went into, ``None`` where it stayed); ``stayed_only``: the
+    values that stayed in their slot's dict only. A value that left it was written into a
+    dict that did not hold its name (engine._write), so it is last there, in order: Dynamo
+    2.11 cannot read the order of a module's ``__dict__``, where such values go."""
     by_dict: dict[tuple, tuple[dict, list[str]]] = {}
     for index in order:
         if index in plan.repeated:
             continue  # a submodule at two paths: tensordict writes its slot once
         entry = plan.entries[index]
         target = None if targets is None else targets[index]
+        if stayed_only and target is not None:
+            continue
+        if target is None and entry.kind is ATTRIBUTE and plan.traced and not MODULE_DICT_TRACED:
+            continue  # a module's __dict__ (_compat.MODULE_DICT_TRACED)
         key = (plan.names[index].rpartition(".")[0], entry.kind, target is not None)
         group = by_dict.get(key)
         if group is None:
