@@ -15,6 +15,12 @@ the paired ratios. The ``Parameter alone`` row builds, per call, the Parameters 
 ``to_module`` must build and calls the model with its own parameters: what the rule costs
 without any swap.
 
+``apart``: the same per-call ratio with each cell alone in a fresh process beside the floor
+of its form (one model, one container, one compiled function of each, as a user's script
+has them), for the cells of the targets (``swap`` and ``functional_call``, flat dict and
+TensorDict) unless ``--cells`` says otherwise: what ``per_call`` reads with every cell's
+models and containers alive at once, and their calls interleaved, is not what one user pays.
+
 ``first_call``: the first call of ``swap`` and ``functional_call`` (flat dict, inductor,
 ``no_grad``) beside the model's, each in a fresh process, with the caches on disk cold (a new
 ``TORCHINDUCTOR_CACHE_DIR``) and warm (the same directory a second time: inductor's FX graph
@@ -84,6 +90,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--apis", nargs="+", default=["model", "swap", "functional_call"])
     parser.add_argument("--cells", nargs="+", choices=CELLS, help="per_call: these cells only")
     parser.add_argument("--child", help=argparse.SUPPRESS)  # first_call: one process's cell
+    parser.add_argument("--apart-child", help=argparse.SUPPRESS)  # apart: one process's cell
 
 
 def model_of(leaves: int) -> nn.Module:
@@ -213,6 +220,36 @@ def guards(leaves: int, rounds: int) -> dict:
     return rows
 
 
+# --------------------------------------------------------------------------- apart
+
+APART_CELLS = ("swap flat", "swap tensordict", "functional_call flat", "functional_call tensordict")
+
+
+def _apart_spec(leaves: int, backend: str, grad: str, form: str, cell: str) -> str:
+    return json.dumps([leaves, backend, grad, form, cell])
+
+
+def apart_child(spec: str, rounds: int) -> dict:
+    """In this fresh process: ``per_call`` of one cell of one form beside its floor."""
+    leaves, backend, grad, form, cell = json.loads(spec)
+    return per_call(leaves, backend, grad == "on", [form], rounds, [cell])[cell]
+
+
+def apart(leaves: int, backend: str, grad: str, forms: list[str], cells: list[str], rounds: int):
+    """Each (form, cell) of ``per_call`` alone in a fresh process: its row of ratios."""
+    rows: dict[str, dict] = {}
+    for cell in cells:
+        for form in forms:
+            with tempfile.TemporaryDirectory() as folder:
+                out = Path(folder) / "part.json"
+                spec = _apart_spec(leaves, backend, grad, form, cell)
+                command = [sys.executable, "-m", "benchmarks", "floor", "--apart-child", spec]
+                command += ["--rounds", str(rounds), "--out", str(out)]
+                subprocess.run(command, check=True, cwd=h.ROOT, capture_output=True)
+                rows.setdefault(cell, {}).update(json.loads(out.read_text())["child"])
+    return rows
+
+
 # --------------------------------------------------------------------------- first call
 
 
@@ -290,12 +327,15 @@ def first_call(sizes: list[int], apis: list[str], repeat: int) -> dict:
     return rows
 
 
-SECTIONS = ("per_call", "guards", "first_call")
+SECTIONS = ("per_call", "apart", "guards", "first_call")
 
 
 def run(args: argparse.Namespace, record: h.Recorder) -> None:
     if args.child:
         record.results["child"] = first_call_child(args.child)
+        return
+    if args.apart_child:
+        record.results["child"] = apart_child(args.apart_child, args.rounds)
         return
     if "per_call" in args.sections:
         sizes = args.sizes or ([20] if args.quick else [100, 1000])
@@ -309,6 +349,21 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
                     rows = per_call(leaves, backend, grad == "on", args.forms, rounds, cells)
                     record.results[title] = rows
                     fields = [f"{form} x" for form in args.forms]
+                    h.print_rows(f"{title} ({time.perf_counter() - start:.0f} s)", rows, fields)
+                    record.save()
+    if "apart" in args.sections:  # --quick: one process, to see that it runs
+        sizes = args.sizes or ([20] if args.quick else [100, 1000])
+        forms = args.forms[:1] if args.quick else args.forms
+        cells = args.cells or list(APART_CELLS[:1] if args.quick else APART_CELLS)
+        for leaves in sizes:
+            for backend in args.backends[:1] if args.quick else args.backends:
+                for grad in args.grad[:1] if args.quick else args.grad:
+                    title = f"apart, {leaves} leaves, {backend}, grad {grad}"
+                    start = time.perf_counter()
+                    rounds = 3 if args.quick else args.rounds
+                    rows = apart(leaves, backend, grad, forms, cells, rounds)
+                    record.results[title] = rows
+                    fields = [f"{form} x" for form in forms]
                     h.print_rows(f"{title} ({time.perf_counter() - start:.0f} s)", rows, fields)
                     record.save()
     if "guards" in args.sections:
