@@ -35,6 +35,9 @@ STACKS = {
     "torch2.13.0-td0.14.3-torchrl0.14.1": Stack(
         "constraints/torch2.13.0-td0.14.3-torchrl0.14.1.txt", extras=("torchrl",)
     ),
+    "torch2.11.0-td0.15.3-py3.12": Stack(
+        "constraints/torch2.11.0-td0.15.3-py3.12.txt", python="3.12"
+    ),
     "torch2.12.1-td0.15.3-py3.12": Stack(
         "constraints/torch2.12.1-td0.15.3-py3.12.txt", python="3.12"
     ),
@@ -49,13 +52,14 @@ ZOO_STACKS = ("torch2.14.1-td0.15.3",)
 PARALLEL_STACKS = (
     "torch2.14.1-td0.15.3",
     "torch2.15.0-td0.15.3",
+    "torch2.11.0-td0.15.3-py3.12",
     "torch2.12.1-td0.15.3-py3.12",
     "torch2.13.0-td0.15.3-py3.13",
 )
 # The stacks .ci/run adds after the default one (`nox -t ci`); the others run by hand
 # (docs/versions.md says why).
 CI_STACKS = (
-    "torch2.12.1-td0.15.3-py3.12",
+    "torch2.11.0-td0.15.3-py3.12",
     "torch2.14.1-td0.15.3",
     "torch2.13.0-td0.14.3-torchrl0.14.1",
 )

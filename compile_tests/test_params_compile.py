@@ -10,6 +10,7 @@ from torch import nn
 from torch._dynamo.testing import CompileCounter, CompileCounterWithBackend
 
 from fcall import TensorDictParams
+from tests.support import DYNAMO_2_11
 
 
 @pytest.fixture(autouse=True)
@@ -276,6 +277,13 @@ def test_swap_from_it_with_fcall_and_a_target_network_module():
     assert cnt2.frame_count == 1
 
 
+@pytest.mark.xfail(
+    DYNAMO_2_11,
+    strict=True,
+    raises=torch._dynamo.exc.TorchRuntimeError,
+    reason="Dynamo 2.11's polyfill of torch._foreach_lerp_ adds a float into the int64 leaf in "
+    "place (torch's bug: stock tensordict's TensorDictParams fails alike, docs/versions.md)",
+)
 def test_inductor_read_and_lerp():
     online, target = _make(), _make()
 

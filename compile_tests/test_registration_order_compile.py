@@ -48,6 +48,7 @@ def test_compiled_to_module_runs_the_registration_hooks_as_eager(counter):
 
     cnt = counter("eager")
     fn = torch.compile(step, backend=cnt, fullgraph=True)
+
     def hook_into(calls):  # a closure: Dynamo 2.11 does not replay an append to a list
         def hook(module, key, value):  # reached through a function's defaults
             calls.append((key, tuple(value.shape)))

@@ -8,6 +8,7 @@ that holds them (parameter / buffer / plain attribute) and its order, their
 
 from __future__ import annotations
 
+import contextlib
 import dis
 from typing import Any
 
@@ -179,7 +180,8 @@ def writes_after_the_graph(code: Any) -> list[tuple[str, Any]]:
 # module dict that `to_module` reordered (it registers the names it writes again, at the end,
 # as tensordict's does). The result and the module are eager's on every stack; only the
 # graph count differs (docs/versions.md).
-KEY_ORDER_GUARDED = tuple(int(part) for part in torch.__version__.split(".")[:2]) < (2, 13)
+TORCH = tuple(int(part) for part in torch.__version__.split(".")[:2])
+KEY_ORDER_GUARDED = TORCH < (2, 13)
 
 
 class Recompiled(AssertionError):
@@ -204,3 +206,29 @@ def key_order_recompiles(request: Any) -> None:
                 "recompiles once (docs/versions.md)",
             )
         )
+
+
+# --- Dynamo 2.11 -----------------------------------------------------------------------------
+DYNAMO_2_11 = TORCH < (2, 12)
+
+
+def sound_requires_grad_guards() -> Any:
+    """A context in which Dynamo sees a module Parameter's ``requires_grad`` flipped in place.
+    Dynamo 2.11 skips the guards under a module whose ``__dict__`` tags are unchanged
+    (``use_recursive_dict_tags_for_guards``, on by default there; pytorch/pytorch#139476),
+    so a compiled module does not recompile when its own Parameters' ``requires_grad``
+    changes; torch 2.12 turned it off (docs/versions.md)."""
+    if DYNAMO_2_11:
+        return torch._dynamo.config.patch(use_recursive_dict_tags_for_guards=False)
+    return contextlib.nullcontext()
+
+
+def raised_in_trace(error: BaseException) -> str:
+    """How ``Unsupported: Observed exception`` names ``error``, raised in the trace, in its
+    developer debug context: its repr; Dynamo 2.11 shows the message as a variable, in a
+    list for a builtin exception and in a tuple for a user-defined one."""
+    if DYNAMO_2_11:
+        message = f"ConstantVariable(str: {error.args[0]!r})"
+        args = f"[{message}]" if type(error).__module__ == "builtins" else f"({message},)"
+        return f"raised exception {type(error).__name__}({args})\n"
+    return f"raised exception {error!r}\n"

@@ -10,6 +10,7 @@ from torch import nn
 from torch._dynamo.testing import CompileCounterWithBackend
 
 import fcall
+from tests.support import DYNAMO_2_11
 
 from . import checks
 
@@ -209,6 +210,9 @@ def test_torch_aot_batchnorm2d_after_attention_backward_fails_without_fcall(trai
         run(x).sum().backward()
     torch._dynamo.reset()
     run = torch.compile(_AttentionThenBatchNorm2d(train), backend="aot_eager", fullgraph=True)
+    if DYNAMO_2_11:  # the bug came with torch 2.12
+        run(x).sum().backward()
+        return
     with pytest.raises(RuntimeError, match=re.escape(checks.KNOWN_AOT_ERROR)):
         run(x).sum().backward()
 
@@ -249,7 +253,8 @@ def test_torch_aot_batchnorm2d_after_a_convolution_gradients_differ_without_fcal
     conv_weight, _, bn_weight, _ = grads["aot_eager"]
     # (in train mode the conv bias's gradient is ~0 either way: BatchNorm takes it out)
     for got, expected in ((conv_weight, grads["none"][0]), (bn_weight, grads["none"][2])):
-        assert not torch.allclose(got, expected, rtol=1e-3, atol=1e-3)
+        # the bug came with torch 2.12
+        assert torch.allclose(got, expected, rtol=1e-3, atol=1e-3) == DYNAMO_2_11
 
 
 def test_generator_never_draws_a_batchnorm2d_after_attention_or_convolution_for_aot():
