@@ -5,7 +5,7 @@
   tracked as new by the side-effect tracker, then ``__init__`` inlined), so ``_build`` runs
   traced, with no graph break, provided it avoids what Dynamo refuses: ``nn.Module.__init__``
   called by name (traced through ``super()`` only), ``type()`` on a Parameter made in the graph
-  (``_params_rules.tensor_leaves`` / ``lock_tree`` walk with ``isinstance``), hashing the object
+  (``rules.tensor_leaves`` / ``lock_tree`` walk with ``isinstance``), hashing the object
   by id (``named_modules``). ``nn.Parameter(t)`` traces when ``t`` is a graph input; on a
   tensor computed in the graph Dynamo breaks (``config.graph_break_on_nn_param_ctor``): then
   the whole ``TensorDictParams(...)`` call runs eagerly, once per call, one break.

@@ -6,10 +6,10 @@ Design (see docs/tensordictparams.md for the long form):
   that forward to the wrapped TensorDict (``_param_td``) and is an instance of both
   ``TensorDictBase`` and ``nn.Module``. It overrides the paths that break under
   ``torch.compile`` or misbehave eagerly: construction, every write, reads, locking, copies.
-* Split along its ideas: the registration rules, tensordict's (``_params_rules.py``); how it is
-  built, traced in the graph under Dynamo or in one untraced call (``_params_build.py``); the
-  wrapped tree, its registration, writes and nested views (``_params_tree.py``); locking
-  (``_params_lock.py``); copies that keep each entry's registration (``_params_copies.py``).
+* Split along its ideas: the registration rules, tensordict's (``rules.py``); how it is
+  built, traced in the graph under Dynamo or in one untraced call (``build.py``); the
+  wrapped tree, its registration, writes and nested views (``tree.py``); locking
+  (``lock.py``); copies that keep each entry's registration (``copies.py``).
   This module holds the class: construction and the public read and write methods.
 """
 
@@ -95,7 +95,7 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):  # type: ign
         **kwargs: Any,
     ) -> None:
         if is_dynamo_compiling():
-            self._build(parameters, no_convert, lock, kwargs)  # traced: see _params_build
+            self._build(parameters, no_convert, lock, kwargs)  # traced: see build.py
         else:
             build_untraced(self, parameters, no_convert, lock, kwargs)
 

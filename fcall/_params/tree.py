@@ -179,7 +179,7 @@ class ParamsTree(_MixinBase):
         return parent
 
     def _converted(self, root: TensorDictParams, parent: TensorDictBase, full: tuple, value: Any):
-        """``value`` as it is stored at ``full`` (tensordict's rules, see _params_rules)."""
+        """``value`` as it is stored at ``full`` (tensordict's rules, see rules.py)."""
         if isinstance(value, dict):
             value = TensorDict(value, batch_size=parent.batch_size, device=parent.device)
         elif isinstance(value, _TDParamsBase):
