@@ -27,7 +27,7 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from .. import _errors
 from .._compat import FCALL_OPS
-from .types import Key
+from .types import Key, new_entry
 
 if TYPE_CHECKING:
     from .types import Plan
@@ -251,9 +251,18 @@ def _payload(value: Any) -> Any:
     return value.data if getattr(value, "_is_non_tensor", False) else value
 
 
-# The nodes of a nested TensorDict in post-order (the root last); per node, its
-# entries as (name, is_leaf, index of the leaf value or of the child node).
-Layout = list[list[tuple[str, bool, int]]]
+class LayoutEntry(NamedTuple):
+    """One entry of a node of a ``Layout``."""
+
+    name: str
+    is_leaf: bool
+    position: int
+    """The index of the leaf value, or of the child node in the ``Layout``."""
+
+
+# The nodes of a nested TensorDict in post-order (the root last), each a list of its entries.
+# Traced code makes an entry with `new_entry(LayoutEntry, ...)` (types.new_entry).
+Layout = list[list[LayoutEntry]]
 _SCALAR = torch.Size(())
 
 
@@ -268,7 +277,9 @@ def layout_of(keys: list[Key]) -> Layout:
 
     def visit(node: dict) -> int:
         entries = [
-            (name, False, visit(child)) if isinstance(child, dict) else (name, True, child)
+            new_entry(LayoutEntry, (name, False, visit(child)))
+            if isinstance(child, dict)
+            else new_entry(LayoutEntry, (name, True, child))
             for name, child in node.items()
         ]
         layout.append(entries)

@@ -22,7 +22,7 @@ from torch.nn.modules.module import _global_parameter_registration_hooks
 
 from .._compat import MODULE_DICT_TRACED
 from .tree import owner_at, unwrap
-from .types import Plan, SlotKind
+from .types import DictGroup, Plan, SlotKind, new_entry
 
 ATTRIBUTE = SlotKind.ATTRIBUTE
 
@@ -74,7 +74,7 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     run_hooks(plan, module, None, order, [])
 
 
-def dict_groups(plan: Plan) -> list[tuple[dict, list[str]]]:
+def dict_groups(plan: Plan) -> list[DictGroup]:
     """The names ``plan`` writes into each of its slot dicts, in its entries' order (a Route
     takes them as slot indexes, routes.py)."""
     return _groups(plan, range(len(plan.entries)), None)
@@ -82,8 +82,8 @@ def dict_groups(plan: Plan) -> list[tuple[dict, list[str]]]:
 
 def _groups(
     plan: Plan, order: Sequence[int], targets: list[dict | None] | None, stayed_only: bool = False
-) -> list:
-    """The names written into each dict, in ``order``: ``[(dict, [names])]``.
+) -> list[DictGroup]:
+    """The names written into each dict, in ``order``.
 
     The order of a dict after the moves depends only on those: the other names keep
     theirs, before them. A dict is told from the others by its owner's name and the kind
@@ -93,7 +93,7 @@ def _groups(
     values that stayed in their slot's dict only. A value that left it was written into a
     dict that did not hold its name (engine._write), so it is last there, in order: Dynamo
     2.11 cannot read the order of a module's ``__dict__``, where such values go."""
-    by_dict: dict[tuple, tuple[dict, list[str]]] = {}
+    by_dict: dict[tuple, DictGroup] = {}
     for index in order:
         if index in plan.repeated:
             continue  # a submodule at two paths: tensordict writes its slot once
@@ -106,8 +106,9 @@ def _groups(
         key = (plan.names[index].rpartition(".")[0], entry.kind, target is not None)
         group = by_dict.get(key)
         if group is None:
-            by_dict[key] = group = (entry.slot if target is None else target, [])
-        group[1].append(entry.name)
+            group = new_entry(DictGroup, (entry.slot if target is None else target, []))
+            by_dict[key] = group
+        group.names.append(entry.name)
     return list(by_dict.values())
 
 

@@ -49,7 +49,7 @@ from .flatten import Leaves, wrapped
 from .routes import Generic, Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
-from .types import Distributed, Plan, RouteOnly, new_entry
+from .types import DictGroup, Distributed, Plan, RouteOnly, new_entry
 
 _repeat = itertools.repeat
 
@@ -114,7 +114,8 @@ def resolve(
         return None
     plan = _plan(route, slots, owners, group_by_dict and not make_parameters, preserved)
     if group_by_dict:
-        plan.dict_groups = list(zip(pick(dicts, route.group_slots), map(list, route.group_names)))
+        groups = zip(pick(dicts, route.group_slots), map(list, route.group_names))
+        plan.dict_groups = list(map(tuple.__new__, _repeat(DictGroup), groups))
     leaves = Leaves(params, api)
     leaves.values = list(values)  # one extend of a tuple: no side effect per value
     return plan, leaves

@@ -79,6 +79,13 @@ class Entry(NamedTuple):
 new_entry = tuple.__new__
 
 
+class DictGroup(NamedTuple):
+    """The names a swap writes into one dict whose order it changes (``registration.py``)."""
+
+    slot: dict[str, Any]
+    names: list[str]
+
+
 class Plan:
     """Where each key of a params container lives in a module tree."""
 
@@ -132,7 +139,7 @@ class Plan:
         # --- made on first use, kept with the plan ---
         # to_module: the names written into each dict whose order they change
         # (registration.py; traced, the Route's grouping)
-        self.dict_groups: list[tuple[dict, list[str]]] | None = None
+        self.dict_groups: list[DictGroup] | None = None
         self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
         self.distributed: Distributed | None = None  # FSDP2, DDP or neither (engine.prepare)
 
