@@ -183,9 +183,9 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
     moved, the writes are one builtin call: in eager a C loop (``operator.setitem``, so a
     slot of a ``dict`` subclass keeps its own ``__setitem__``), traced a call that Dynamo
     runs without stepping (fcall/README.md), unless a slot is a module's ``__dict__``
-    (``_by_entry``)."""
+    (``_BY_ENTRY``)."""
     plan, targets = swap.plan, swap.targets
-    if targets is None and not to_end and not _by_entry(plan):
+    if targets is None and not to_end and not (plan.traced and _BY_ENTRY and plan.has_attributes):
         write = dict.__setitem__ if plan.traced else setitem
         tuple(map(write, plan.slots, plan.slot_names, values))
         return
@@ -200,11 +200,11 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
         (slot if target is None else target)[name] = value
 
 
-def _by_entry(plan: Plan) -> bool:
-    """Whether a traced plan's reads and writes go one entry at a time: where Dynamo traces
-    a module's ``__dict__`` (an attribute's slot) a key at a time, ``d[k]``, ``d.get(k)`` and
-    ``d[k] = v``, not ``dict.__getitem__`` through ``map`` (``_compat.MODULE_DICT_TRACED``)."""
-    return plan.traced and plan.has_attributes and not MODULE_DICT_TRACED
+# Whether a traced plan with an attribute's slot reads and writes one entry at a time: where
+# Dynamo traces a module's __dict__ a key at a time, `d[k]`, `d.get(k)` and `d[k] = v`, not
+# `dict.__getitem__` through `map` (_compat.MODULE_DICT_TRACED). Tested inline in _write and
+# restore (`plan.traced and _BY_ENTRY and plan.has_attributes`): a call less on every swap.
+_BY_ENTRY = not MODULE_DICT_TRACED
 
 
 def restore(swap: Swap) -> Sequence[Any]:
@@ -226,7 +226,8 @@ def restore(swap: Swap) -> Sequence[Any]:
     # again), what each slot held, and whether any held another value than the swap put
     # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph
     # break, not a KeyError). Inline, not a helper: a call less on every restore.
-    if swap.targets is None and not plan.repeated and not _by_entry(plan):
+    by_entry = plan.traced and _BY_ENTRY and plan.has_attributes  # (_BY_ENTRY)
+    if swap.targets is None and not plan.repeated and not by_entry:
         # builtin calls: C loops in eager, and traced calls that Dynamo runs without stepping
         # (fcall/README.md); the writes as in _write
         write = dict.__setitem__ if plan.traced else setitem
