@@ -86,8 +86,6 @@ def prepare(
         if sharded is not None:
             return sharded
     swap = Swap(plan, mode, leaves, non_blocking)
-    if plan.traced:
-        swap.module = module
     values = leaves.values
     if mode is INPLACE:
         swap.old = check_inplace(plan, values, api)
@@ -109,6 +107,8 @@ def prepare(
         swap.new = [values[entry.leaf] for entry in plan.entries]
     if mode is REPLACE or plan.has_attributes:
         swap.targets = _targets(plan, swap.new, mode)
+        if plan.traced and _BY_ENTRY:  # a name may leave a __dict__ by delattr
+            swap.module = module
     return swap
 
 
@@ -185,7 +185,7 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
     runs without stepping (fcall/README.md), unless a slot is a module's ``__dict__``
     (``_BY_ENTRY``)."""
     plan, targets = swap.plan, swap.targets
-    if targets is None and not to_end and not (plan.traced and _BY_ENTRY and plan.has_attributes):
+    if targets is None and not to_end and not (plan.has_attributes and plan.traced and _BY_ENTRY):
         write = dict.__setitem__ if plan.traced else setitem
         tuple(map(write, plan.slots, plan.slot_names, values))
         return
@@ -193,8 +193,8 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
         count(), targets or repeat(None), plan.slots, plan.slot_names, values
     ):
         if to_end or target is not None:  # a pop, not del: a slot at two paths moves once
-            if plan.traced:
-                _leave_traced(swap, index, slot, plan.entries[index].kind)
+            if _BY_ENTRY and plan.traced and plan.entries[index].kind is ATTRIBUTE:
+                _leave_attributes(swap, index, slot)
             else:
                 slot.pop(name, None)
         (slot if target is None else target)[name] = value
@@ -203,7 +203,8 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
 # Whether a traced plan with an attribute's slot reads and writes one entry at a time: where
 # Dynamo traces a module's __dict__ a key at a time, `d[k]`, `d.get(k)` and `d[k] = v`, not
 # `dict.__getitem__` through `map` (_compat.MODULE_DICT_TRACED). Tested inline in _write and
-# restore (`plan.traced and _BY_ENTRY and plan.has_attributes`): a call less on every swap.
+# restore (`plan.has_attributes and plan.traced and _BY_ENTRY`: a call less on every swap,
+# and no global read, a guard, where no slot is an attribute's).
 _BY_ENTRY = not MODULE_DICT_TRACED
 
 
@@ -226,8 +227,11 @@ def restore(swap: Swap) -> Sequence[Any]:
     # again), what each slot held, and whether any held another value than the swap put
     # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph
     # break, not a KeyError). Inline, not a helper: a call less on every restore.
-    by_entry = plan.traced and _BY_ENTRY and plan.has_attributes  # (_BY_ENTRY)
-    if swap.targets is None and not plan.repeated and not by_entry:
+    if (
+        swap.targets is None
+        and not plan.repeated
+        and not (plan.has_attributes and plan.traced and _BY_ENTRY)
+    ):
         # builtin calls: C loops in eager, and traced calls that Dynamo runs without stepping
         # (fcall/README.md); the writes as in _write
         write = dict.__setitem__ if plan.traced else setitem
@@ -246,9 +250,8 @@ def restore(swap: Swap) -> Sequence[Any]:
                 changed = True
             if target is None:
                 pass
-            elif plan.traced:  # (the only target of a Parameter slot is the __dict__)
-                kind = plan.entries[index].kind
-                _leave_traced(swap, index, target, ATTRIBUTE if kind is PARAMETER else kind)
+            elif _BY_ENTRY and plan.traced and plan.entries[index].kind is PARAMETER:
+                _leave_attributes(swap, index, target)  # a Parameter slot's only target
             else:
                 target.pop(name, None)
             slot[name] = old
@@ -278,15 +281,14 @@ def restore(swap: Swap) -> Sequence[Any]:
     return current
 
 
-def _leave_traced(swap: Swap, index: int, held: dict, kind: SlotKind) -> None:
-    """Traced: the name of entry ``index`` leaves ``held``, a dict of slot ``kind``. Where
-    Dynamo traces no ``pop`` on a module's ``__dict__`` (``_compat.MODULE_DICT_TRACED``),
-    the name leaves it by ``delattr`` on the owner, which removes from the ``__dict__`` a
-    name that no slot dict holds."""
+def _leave_attributes(swap: Swap, index: int, attributes: dict) -> None:
+    """Traced, where Dynamo traces no ``pop`` on a module's ``__dict__``
+    (``_compat.MODULE_DICT_TRACED``): the name of entry ``index`` leaves its owner's
+    ``attributes`` by ``delattr`` on the owner, which removes from the ``__dict__`` a name that
+    no slot dict holds. (On torch >= 2.12 Dynamo would replay that ``delattr`` after the graph
+    as a deletion of the parameter the restore put back: there ``pop`` does it.)"""
     name = swap.plan.entries[index].name
-    if kind is not ATTRIBUTE or MODULE_DICT_TRACED:
-        held.pop(name, None)
-    elif name in held:  # not: forward deleted it, or registered the name elsewhere
+    if name in attributes:  # not: forward deleted it, or registered the name elsewhere
         assert swap.module is not None  # prepare() sets it on a traced swap
         prefix = swap.plan.names[index].rpartition(".")[0]
         owner = owner_at(unwrap(swap.module)[0], prefix.split(".") if prefix else ())
