@@ -274,10 +274,11 @@ def _settle(ctx: Any) -> None:
 # Dynamo 2.11 traces ``k in d``, ``d[k]``, ``d.get(k)`` and ``d[k] = v`` on a module's
 # ``__dict__`` (a ``GetAttrVariable``), nothing else: no iteration, ``pop``, ``del`` or
 # ``dict.__getitem__(d, k)``. There, traced, fcall reads and writes an attribute's slot one
-# entry at a time (``engine._BY_ENTRY``), takes a name out of a ``__dict__`` by ``delattr`` on
-# its owner (``engine._leave_attributes``; on torch >= 2.12 Dynamo would replay that ``delattr``
-# as a deletion of the parameter the restore put back), and leaves a plain tensor attribute in
-# its place in the ``__dict__`` where eager moves it last (``registration._groups``).
+# entry at a time (``engine._write``, ``engine.restore``, ``plan.read_slots``), takes a name
+# out of a ``__dict__`` by ``delattr`` on its owner (``engine._leave_attributes``; on torch
+# >= 2.12 Dynamo would replay that ``delattr`` as a deletion of the parameter the restore put
+# back), and leaves a plain tensor attribute in its place in the ``__dict__`` where eager
+# moves it last (``registration._groups``).
 MODULE_DICT_TRACED = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 12)
 
 

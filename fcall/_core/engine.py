@@ -32,7 +32,7 @@ from .flatten import Leaves
 from .plan import forget, read_slots, resolve
 from .registration import move_to_end, reregister, reregister_restored, run_hooks
 from .slot_values import preserved, registered_values
-from .tree import owner_at, unwrap
+from .tree import owner_of, unwrap
 from .types import (
     GONE,
     DictOrder,
@@ -107,7 +107,7 @@ def prepare(
         swap.new = [values[entry.leaf] for entry in plan.entries]
     if mode is REPLACE or plan.has_attributes:
         swap.targets = _targets(plan, swap.new, mode)
-        if plan.traced and _BY_ENTRY:  # a name may leave a __dict__ by delattr
+        if plan.traced and not MODULE_DICT_TRACED:  # a name may leave a __dict__ by delattr
             swap.module = module
     return swap
 
@@ -182,10 +182,16 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
     ``del d[name]; d[name] = value`` puts it. With no value changing dict and no name
     moved, the writes are one builtin call: in eager a C loop (``operator.setitem``, so a
     slot of a ``dict`` subclass keeps its own ``__setitem__``), traced a call that Dynamo
-    runs without stepping (fcall/README.md), unless a slot is a module's ``__dict__``
-    (``_BY_ENTRY``)."""
+    runs without stepping (fcall/README.md), unless a slot is a module's ``__dict__`` where
+    Dynamo traces it a key at a time (``_compat.MODULE_DICT_TRACED``: one entry at a time,
+    ``d[k] = v``; ``plan.has_attributes`` tested first, so that no global, a guard, is read in
+    a trace where no slot is an attribute's)."""
     plan, targets = swap.plan, swap.targets
-    if targets is None and not to_end and not (plan.has_attributes and plan.traced and _BY_ENTRY):
+    if (
+        targets is None
+        and not to_end
+        and not (plan.has_attributes and plan.traced and not MODULE_DICT_TRACED)
+    ):
         write = dict.__setitem__ if plan.traced else setitem
         tuple(map(write, plan.slots, plan.slot_names, values))
         return
@@ -193,19 +199,11 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
         count(), targets or repeat(None), plan.slots, plan.slot_names, values
     ):
         if to_end or target is not None:  # a pop, not del: a slot at two paths moves once
-            if _BY_ENTRY and plan.traced and plan.entries[index].kind is ATTRIBUTE:
+            if not MODULE_DICT_TRACED and plan.traced and plan.entries[index].kind is ATTRIBUTE:
                 _leave_attributes(swap, index, slot)
             else:
                 slot.pop(name, None)
         (slot if target is None else target)[name] = value
-
-
-# Whether a traced plan with an attribute's slot reads and writes one entry at a time: where
-# Dynamo traces a module's __dict__ a key at a time, `d[k]`, `d.get(k)` and `d[k] = v`, not
-# `dict.__getitem__` through `map` (_compat.MODULE_DICT_TRACED). Tested inline in _write and
-# restore (`plan.has_attributes and plan.traced and _BY_ENTRY`: a call less on every swap,
-# and no global read, a guard, where no slot is an attribute's).
-_BY_ENTRY = not MODULE_DICT_TRACED
 
 
 def restore(swap: Swap) -> Sequence[Any]:
@@ -230,7 +228,7 @@ def restore(swap: Swap) -> Sequence[Any]:
     if (
         swap.targets is None
         and not plan.repeated
-        and not (plan.has_attributes and plan.traced and _BY_ENTRY)
+        and not (plan.has_attributes and plan.traced and not MODULE_DICT_TRACED)
     ):
         # builtin calls: C loops in eager, and traced calls that Dynamo runs without stepping
         # (fcall/README.md); the writes as in _write
@@ -250,7 +248,7 @@ def restore(swap: Swap) -> Sequence[Any]:
                 changed = True
             if target is None:
                 pass
-            elif _BY_ENTRY and plan.traced and plan.entries[index].kind is PARAMETER:
+            elif not MODULE_DICT_TRACED and plan.traced and plan.entries[index].kind is PARAMETER:
                 _leave_attributes(swap, index, target)  # a Parameter slot's only target
             else:
                 target.pop(name, None)
@@ -290,9 +288,7 @@ def _leave_attributes(swap: Swap, index: int, attributes: dict) -> None:
     name = swap.plan.entries[index].name
     if name in attributes:  # not: forward deleted it, or registered the name elsewhere
         assert swap.module is not None  # prepare() sets it on a traced swap
-        prefix = swap.plan.names[index].rpartition(".")[0]
-        owner = owner_at(unwrap(swap.module)[0], prefix.split(".") if prefix else ())
-        delattr(owner, name)
+        delattr(owner_of(unwrap(swap.module)[0], swap.plan.names[index]), name)
 
 
 def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:

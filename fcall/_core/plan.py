@@ -255,7 +255,7 @@ def _still_tied(group: list[SlotRef]) -> bool:
 def read_slots(plan: Plan) -> tuple[Any, ...]:
     """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
     try:
-        if plan.traced and plan.has_attributes and not MODULE_DICT_TRACED:  # engine._BY_ENTRY
+        if plan.has_attributes and plan.traced and not MODULE_DICT_TRACED:  # as engine._write
             return tuple([slot[name] for slot, name in zip(plan.slots, plan.slot_names)])
         return tuple(map(dict.__getitem__, plan.slots, plan.slot_names))
     except KeyError:

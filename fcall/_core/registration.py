@@ -21,7 +21,7 @@ from torch import nn
 from torch.nn.modules.module import _global_parameter_registration_hooks
 
 from .._compat import MODULE_DICT_TRACED
-from .tree import owner_at, unwrap
+from .tree import owner_of, unwrap
 from .types import DictGroup, Plan, SlotKind, new_entry
 
 ATTRIBUTE = SlotKind.ATTRIBUTE
@@ -147,8 +147,7 @@ def run_hooks(
         value = slot[name]
         if not isinstance(value, nn.Parameter):
             continue
-        prefix = plan.names[index].rpartition(".")[0]
-        owner = owner_at(root, prefix.split(".") if prefix else ())
+        owner = owner_of(root, plan.names[index])
         for hook in list(_global_parameter_registration_hooks.values()):
             output = hook(owner, name, value)
             if output is not None:

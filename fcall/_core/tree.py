@@ -64,6 +64,13 @@ def slot_of(owner: nn.Module, name: str) -> tuple[dict, SlotKind] | None:
     return None
 
 
+def owner_of(root: Any, name: str) -> nn.Module | None:
+    """The submodule of ``root`` whose slot the dotted ``name`` names (``"0.weight"``:
+    ``root``'s submodule ``"0"``; ``"weight"``: ``root``), or ``None``."""
+    prefix = name.rpartition(".")[0]
+    return owner_at(root, prefix.split(".") if prefix else ())
+
+
 def owner_at(root: Any, path: Sequence[str]) -> nn.Module | None:
     """The submodule of ``root`` at ``path`` (names, through ``_modules``), or ``None``."""
     owner = root
