@@ -240,13 +240,9 @@ def apart(leaves: int, backend: str, grad: str, forms: list[str], cells: list[st
     rows: dict[str, dict] = {}
     for cell in cells:
         for form in forms:
-            with tempfile.TemporaryDirectory() as folder:
-                out = Path(folder) / "part.json"
-                spec = _apart_spec(leaves, backend, grad, form, cell)
-                command = [sys.executable, "-m", "benchmarks", "floor", "--apart-child", spec]
-                command += ["--rounds", str(rounds), "--out", str(out)]
-                subprocess.run(command, check=True, cwd=h.ROOT, capture_output=True)
-                rows.setdefault(cell, {}).update(json.loads(out.read_text())["child"])
+            spec = _apart_spec(leaves, backend, grad, form, cell)
+            found = h.child("floor", ["--apart-child", spec, "--rounds", str(rounds)], quiet=True)
+            rows.setdefault(cell, {}).update(found["child"])
     return rows
 
 
