@@ -144,21 +144,20 @@ def test_to_module_with_values_that_track_gradients_guards_no_old_tensor(counter
     assert_same_state(m, before)
 
 
-def test_to_module_with_parameter_values_follows_the_slots_requires_grad(counter):
+@pytest.mark.parametrize("kind", ["parameter", "plain"])
+def test_to_module_follows_the_slots_requires_grad(counter, kind):
     # tensordict's rule (_maybe_preserve_module_state): a Parameter whose requires_grad is the
-    # slot's goes in as it is; one whose requires_grad differs is wrapped in a Parameter with
-    # the slot's. So the old tensor's requires_grad is read (and guarded): flipping it
-    # recompiles, as a changed requires_grad does for any graph input.
-    with sound_requires_grad_guards():  # Dynamo 2.11: pytorch/pytorch#139476
-        _follows_the_slots_requires_grad(counter)
-
-
-def _follows_the_slots_requires_grad(counter):
+    # slot's goes in as it is; one whose requires_grad differs, or a plain tensor that tracks
+    # no gradient, is wrapped in a Parameter with the slot's. So the old tensor's
+    # requires_grad is read (and guarded): flipping it recompiles, as a changed requires_grad
+    # does for any graph input; on torch 2.11 too, whose Dynamo skips a module's tensor guards
+    # while its dicts are unchanged (#139476).
     m = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
     before = state(m)
 
     def values():
-        return fcall.from_module(m).detach().apply(torch.randn_like).apply(nn.Parameter)
+        td = fcall.from_module(m).detach().apply(torch.randn_like)
+        return td.apply(nn.Parameter) if kind == "parameter" else td
 
     def f(p, x):
         with fcall.to_module(p, m):
@@ -171,12 +170,13 @@ def _follows_the_slots_requires_grad(counter):
     params = values()
     with torch.compiler.set_stance("fail_on_recompile"):
         y, same, requires_grad = fn(params, x)
-    assert same and requires_grad and cnt.frame_count == 1
+    assert same == (kind == "parameter") and requires_grad and cnt.frame_count == 1
     for p in m.parameters():
         p.requires_grad_(False)
     params = values()
     y, same, requires_grad = fn(params, x)
     assert not same and not requires_grad  # a new Parameter with the slot's requires_grad
+    assert cnt.frame_count == 2
     torch.testing.assert_close(y, torch.func.functional_call(m, dict(params.flatten_keys(".")), x))
     for p in m.parameters():
         p.requires_grad_(True)

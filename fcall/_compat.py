@@ -34,6 +34,9 @@ tensordict 0.15.3's.
 * ``MODULE_DICT_TRACED``: torch < 2.12 traces a module's ``__dict__`` a key at a time (no
   iteration, ``pop`` or ``del``): a traced ``to_module`` leaves a plain tensor attribute in its
   place where eager moves it last (``registration._groups``).
+* ``SKIPPED_TENSOR_GUARDS``: torch < 2.12 skips the guards on a module's tensors while the
+  module's dicts are unchanged (pytorch/pytorch#139476): where ``to_module`` decides on an
+  old tensor's ``requires_grad``, fcall gives that tensor a guard that cannot be skipped.
 * ``forget_added_attributes``: torch < 2.13 replays a module attribute that the trace added
   to the module's ``__dict__`` and deleted again (``to_module(preserve_module_state=False)``
   and its undo) as ``del module.name``, which ``nn.Module.__delattr__`` turns into deleting
@@ -63,6 +66,8 @@ __all__ = [
     "has_pending_mutations",
     "forget_added_attributes",
     "MODULE_DICT_TRACED",
+    "SKIPPED_TENSOR_GUARDS",
+    "UNSKIPPABLE_ATTRIBUTE",
     "hold_dicts",
     "settle_dicts",
     "inside_higher_order_op",
@@ -280,6 +285,19 @@ def _settle(ctx: Any) -> None:
 # back), and leaves a plain tensor attribute in its place in the ``__dict__`` where eager
 # moves it last (``registration._groups``).
 MODULE_DICT_TRACED = tuple(int(part) for part in torch.__version__.split(".")[:2]) >= (2, 12)
+
+
+# --- torch < 2.12: a module's tensors' guards are skipped while its dicts are unchanged -----
+# Dynamo 2.11 (``use_recursive_dict_tags_for_guards``, on by default there only;
+# pytorch/pytorch#139476) skips every guard under a module whose dicts' version tags are
+# unchanged since the last call, the guards on its tensors' ``requires_grad`` included: a flag
+# flipped in place recompiles nothing. A tensor guard is skipped only where the tensor has no
+# guard of its own below it (``GuardBuilder.find_tag_safe_roots``); a traced read of an
+# attribute that every tensor has and that never changes (``__torch_function__``, one
+# ``ID_MATCH``) gives it one. ``to_module``'s PRESERVE rule reads the old tensors'
+# ``requires_grad`` (``traced._preserved``); there, on 2.11, each one read gets that guard.
+SKIPPED_TENSOR_GUARDS = not MODULE_DICT_TRACED
+UNSKIPPABLE_ATTRIBUTE = "__torch_function__"
 
 
 # --- torch < 2.13: a module attribute added and deleted in the trace is not replayed -------

@@ -18,6 +18,7 @@ from tensordict import TensorDict
 from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from torch import nn
 
+from .._compat import SKIPPED_TENSOR_GUARDS
 from .build import build
 from .registration import dict_groups
 from .tree import unwrap
@@ -88,6 +89,9 @@ class Preserve(NamedTuple):
     """The parameter slots that hold ``None``: their value goes in as it is (checked)."""
     order: tuple[int, ...]
     """Where each leaf's value is in ``values + made`` (``made``: the ``wrap`` Parameters)."""
+    unskippable: bool
+    """Whether the trace gives each old tensor it reads a guard that Dynamo cannot skip
+    (``_compat.SKIPPED_TENSOR_GUARDS``: Dynamo 2.11 skips a module's tensor guards)."""
 
 
 class Route(NamedTuple):
@@ -411,6 +415,7 @@ def with_preserve(
             kept_requires_grad=tuple(kept_requires_grad),
             empty=tuple(empty),
             order=tuple(position.get(index, index) for index in range(count)),
+            unskippable=SKIPPED_TENSOR_GUARDS,
         )
     )
 

@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from .._compat import (
+    UNSKIPPABLE_ATTRIBUTE,
     comptime,
     has_pending_mutations,
     inside_higher_order_op,
@@ -149,6 +150,8 @@ def _preserved(
     expected = rule.wrap_requires_grad + rule.kept_requires_grad
     if not _same(tuple(map(getattr, read, _repeat("requires_grad"))), expected):
         return None
+    if rule.unskippable:  # Dynamo 2.11 would skip their requires_grad guards
+        tuple(map(getattr, read, _repeat(UNSKIPPABLE_ATTRIBUTE)))
     empty = tuple(map(operator.is_, _slot_values(slots, names, rule.empty), _repeat(None)))
     if False in empty:  # a slot that held None holds a tensor now
         return None
