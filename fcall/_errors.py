@@ -1,8 +1,11 @@
-"""Message builders shared by the eager and the compiled paths.
+"""Message builders shared by the eager and the compiled paths, and ``Fault``, the core's
+error before a front words it.
 
 Every error names the API, the offending key, what was expected and what was
 found, and how to fix it; each one ends by saying the module was left unchanged,
-because fcall validates every key and value before it writes anything.
+because fcall validates every key and value before it writes anything. The core
+(``fcall/_core``) does not know which API called it: it raises a ``Fault`` with the facts,
+and the front raises ``fault.worded(api)``, once, with its own name.
 """
 
 from __future__ import annotations
@@ -29,6 +32,30 @@ class UnknownKey(KeyError):
     ...     print(error.args[0].split(" (")[0])
     fcall.swap: 'wieght' names no parameter or buffer of Linear
     """
+
+
+class Fault(Exception):
+    """What the core found wrong, raised before anything is written. ``args``: the public
+    exception's type, the builder of its message (one of this module's, which takes the API's
+    name first) and the facts the builder takes after it, the offending key first where there
+    is one. The front that called the core raises ``fault.worded(api)`` in its place (outside
+    its ``except`` clause, so that no ``Fault`` is chained to the user's error). Not public:
+    no ``Fault`` leaves fcall. (No ``__init__`` of its own: Dynamo 2.11 traces an exception
+    class's ``super().__init__`` call in no form.)
+
+    >>> fault = Fault(KeyError, given_twice, ["0.weight"])
+    >>> fault.worded("fcall.swap").args[0].split(" (")[0]
+    "fcall.swap: params gives '0.weight' more than once"
+    """
+
+    def worded(self, api: str) -> Exception:
+        """The public error, ``api``'s message."""
+        kind, words, *facts = self.args
+        return kind(words(api, *facts))
+
+    def is_unknown_key(self) -> bool:
+        """Whether the public error is ``UnknownKey`` (a key with no slot)."""
+        return self.args[0] is UnknownKey
 
 
 def dotted(key: tuple[str, ...]) -> str:

@@ -54,8 +54,10 @@ UNKNOWN = (
 
 def raises_and_unchanged(module, exc, message, fn, *args, **kwargs):
     before, values = state(module), values_before(module)
-    with pytest.raises(exc, match=re.escape(message)):
+    with pytest.raises(exc, match=re.escape(message)) as raised:
         fn(*args, **kwargs)
+    # the API's own error: the core's Fault is worded by the front, not chained to it
+    assert raised.value.__context__ is None and raised.value.__cause__ is None
     assert_same_state(module, before)
     torch.testing.assert_close(values_before(module), values)
 
@@ -270,3 +272,19 @@ def test_none_value_with_inplace_is_a_type_error():
     msg = "fcall.to_module: the value at 'bias' is a NoneType, expected a torch.Tensor."
     params = {"weight": torch.zeros(2, 2), "bias": None}
     raises_and_unchanged(m, TypeError, msg, fcall.to_module, params, m, inplace=True)
+
+
+def test_an_error_of_the_forward_with_attribute_keys_chains_to_nothing():
+    # torch.func's attribute keys: the forward runs once the swap is in, not while fcall
+    # handles the unknown key, so its error is the user's alone
+    class Fails(nn.Linear):
+        def forward(self, x):
+            raise ValueError("the forward's own")
+
+    m = Fails(3, 4)
+    before = state(m)
+    with pytest.raises(ValueError, match="the forward's own") as raised:
+        params = {"weight": torch.zeros(4, 3), "extra": torch.ones(1)}
+        fcall.functional_call(m, params, (torch.ones(3),))
+    assert raised.value.__context__ is None
+    assert_same_state(m, before)

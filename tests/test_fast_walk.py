@@ -20,18 +20,18 @@ def model() -> nn.Module:
 
 def test_nested_dict_and_tensordictparams_read_as_the_tensordict_does():
     td = fcall.from_module(model()).detach().clone()
-    reference = _flatten.flatten_eager(td, "swap")
+    reference = _flatten.flatten_eager(td)
     nested = td.to_dict()
     params = fcall.TensorDictParams(td.clone())
     for container in (nested, params):
-        leaves = _flatten.flatten_eager(container, "swap")
+        leaves = _flatten.flatten_eager(container)
         assert leaves.signature == reference.signature
-        assert leaves.keys == reference.keys == _flatten.flatten_generic(container, "swap").keys
+        assert leaves.keys == reference.keys == _flatten.flatten_generic(container).keys
     assert all(
-        a is b for a, b in zip(_flatten.flatten_eager(nested, "swap").values, reference.values)
+        a is b for a, b in zip(_flatten.flatten_eager(nested).values, reference.values)
     )
     expected = list(params._param_td.values(True, True))
-    assert all(a is b for a, b in zip(_flatten.flatten_eager(params, "swap").values, expected))
+    assert all(a is b for a, b in zip(_flatten.flatten_eager(params).values, expected))
 
 
 @pytest.mark.parametrize(
@@ -45,8 +45,8 @@ def test_nested_dict_and_tensordictparams_read_as_the_tensordict_does():
     ids=["tuple name", "None value", "dotted root over a node", "dotted root, None value"],
 )
 def test_dicts_the_fast_walk_cannot_read_take_the_generic_walk(params):
-    leaves = _flatten.flatten_eager(params, "swap")
-    generic = _flatten.flatten_generic(params, "swap")
+    leaves = _flatten.flatten_eager(params)
+    generic = _flatten.flatten_generic(params)
     assert leaves.signature == generic.signature == tuple(generic.keys)
     assert leaves.values == generic.values
 
@@ -55,16 +55,16 @@ def test_a_flat_dict_of_tensors_is_signed_by_its_names_and_split_only_for_a_plan
     # torch.func's form: no key tuple per leaf per swap; a structure of its own
     w, b = torch.ones(2, 3), nn.Parameter(torch.ones(2))
     params = {"1.0.weight": w, "1.bias": b}
-    leaves = _flatten.flatten_eager(params, "swap")
+    leaves = _flatten.flatten_eager(params)
     assert leaves.signature == ("1.0.weight", "1.bias")
     assert (
         leaves.signature
-        != _flatten.flatten_eager({"1": {"0": {"weight": w}, "bias": b}}, "swap").signature
+        != _flatten.flatten_eager({"1": {"0": {"weight": w}, "bias": b}}).signature
     )
     assert leaves.values == [w, b]
     assert (
         leaves.keys
-        == _flatten.flatten_generic(params, "swap").keys
+        == _flatten.flatten_generic(params).keys
         == [("1", "0", "weight"), ("1", "bias")]
     )
 
@@ -74,10 +74,10 @@ def test_a_dotted_name_below_the_root_keeps_the_fast_walk_and_the_generic_keys()
     # plan is built from are the generic walk's, split, in the order of the values.
     w, b = torch.ones(2, 3), torch.ones(2)
     params = {"1": {"0.weight": w, "bias": b}}
-    leaves = _flatten.flatten_eager(params, "swap")
-    generic = _flatten.flatten_generic(params, "swap")
+    leaves = _flatten.flatten_eager(params)
+    generic = _flatten.flatten_generic(params)
     assert leaves.signature != generic.signature
-    assert leaves.signature != _flatten.flatten_eager({"1": {"0": {"weight": w}}}, "swap").signature
+    assert leaves.signature != _flatten.flatten_eager({"1": {"0": {"weight": w}}}).signature
     assert leaves.keys == generic.keys == [("1", "0", "weight"), ("1", "bias")]
     assert leaves.values == generic.values == [w, b]
 

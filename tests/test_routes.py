@@ -25,8 +25,8 @@ from tests.support import Net, Tied, flat
 
 
 def _generic(params, module, tie_weights=True):
-    leaves = _flatten.flatten(params, "t")
-    plan = build(module, leaves.keys, "t", tie_weights=tie_weights, strict=False)
+    leaves = _flatten.flatten(params)
+    plan = build(module, leaves.keys, tie_weights=tie_weights, strict=False)
     return plan, leaves
 
 
@@ -35,12 +35,12 @@ def _routed(params, module, tie_weights=True):
     the reason it declines."""
     if isinstance(params, dict):
         shape, level_values = _traced._dict_shape(params, ordered=False)
-        route = route_of_dict(shape, module, "t", tie_weights)
+        route = route_of_dict(shape, module, tie_weights)
         if isinstance(route, Generic):
             return route
         values = pick(level_values, route.leaf_nodes)
     else:
-        route = route_of_tensordict(params, module, "t", tie_weights)
+        route = route_of_tensordict(params, module, tie_weights)
         if isinstance(route, Generic):
             return route
         values = _traced._tensordict_values(params, route)
@@ -193,7 +193,7 @@ def test_preserve_wraps_plain_values_and_keeps_parameters_with_the_slots_require
             "bn": {"weight": torch.ones(4, requires_grad=True), "running_mean": torch.ones(4)},
         }
     )
-    route = route_of_tensordict(params, net, "t", False, preserve=True)
+    route = route_of_tensordict(params, net, False, preserve=True)
     rule = route.preserve
     names = list(route.dotted)
     assert [names[i] for i in rule.wrap] == ["lin.weight", "lin.bias"]  # lin.bias: its flag
@@ -204,5 +204,5 @@ def test_preserve_wraps_plain_values_and_keeps_parameters_with_the_slots_require
 
 def test_preserve_declines_a_parameter_for_a_buffer():
     net = Net()
-    route = route_of_tensordict(TensorDict({"offset": torch.ones(4)}), net, "t", False)
+    route = route_of_tensordict(TensorDict({"offset": torch.ones(4)}), net, False)
     assert with_preserve(route, net, [(True, True)]) is Generic.PARAMETER_FOR_BUFFER

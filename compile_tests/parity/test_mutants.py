@@ -89,7 +89,7 @@ class SwapsTopLevelKeysOnly(_Namespace):
 
 class WrapsLeavesInNewParameters(_Namespace):
     def transform(self, params, module):
-        leaves = _flatten.flatten(params, "mutant")
+        leaves = _flatten.flatten(params)
         return {
             ".".join(key): nn.Parameter(value.detach(), requires_grad=value.requires_grad)
             for key, value in zip(leaves.keys, leaves.values)

@@ -1,7 +1,8 @@
 """The plan builder: every key of a params container to its slot in the module tree.
 
-``build`` takes the key tuples of a flattened container and raises the errors: an
-unknown key, a key given twice, a scripted module, ``strict`` misses. One set of node
+``build`` takes the key tuples of a flattened container and raises the errors (a
+``Fault``, which the calling API words): an unknown key, a key given twice, a scripted
+module, ``strict`` misses. One set of node
 functions (``_Node``, ``_node_at``, ``_add_leaf``) finds a key's module and slot. It runs
 in eager: for the eager plan cache (``plan.py``), for the traced front at trace time
 (``traced.py``, which turns the plan into a Route), and, traced, for whatever a Route does
@@ -17,6 +18,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from .. import _errors
+from .._errors import Fault, UnknownKey
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
 from .tree import slot_of, strip, unwrap_for_keys
 from .types import Entry, Key, Link, Plan, SlotKind, SlotRef, TreeReads, new_entry
@@ -27,7 +29,6 @@ PARAMETER = SlotKind.PARAMETER
 def build(
     module: nn.Module,
     keys: list[Key],
-    api: str,
     *,
     tie_weights: bool,
     strict: bool,
@@ -37,7 +38,7 @@ def build(
     ``traced``: built in Dynamo's trace (the generic path), never cached."""
     root, prefixes = unwrap_for_keys(module)
     if isinstance(root, torch.jit.ScriptModule):  # its _modules has no .get(): refuse it
-        raise RuntimeError(_errors.scripted_module(api, root))
+        raise Fault(RuntimeError, _errors.scripted_module, root)
     plan = Plan()
     plan.reads = reads = TreeReads()
     # Per dotted prefix, its node: each module on a key's path is found (and recorded in
@@ -45,12 +46,12 @@ def build(
     # and another instance of the same architecture would recompile.
     nodes = {"": _Node(root, plan)}
     for index in range(len(keys)):
-        _add_key(plan, reads, nodes, root, strip(root, keys[index], prefixes), index, api)
+        _add_key(plan, reads, nodes, root, strip(root, keys[index], prefixes), index)
     plan.given = len(plan.entries)
     if len(set(plan.names)) != plan.given:
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
-        raise KeyError(_errors.given_twice(api, twice))
-    complete(plan, reads, nodes, root, api, tie_weights=tie_weights, strict=strict, traced=traced)
+        raise Fault(KeyError, _errors.given_twice, twice)
+    complete(plan, reads, nodes, root, tie_weights=tie_weights, strict=strict, traced=traced)
     if traced and reads.may_repeat_slots:  # finish() finds repeated slots by their owner
         reads.owners = [nodes[name.rpartition(".")[0]].owner for name in plan.names]
     return plan.finish(cached=not traced)
@@ -63,9 +64,8 @@ def _add_key(
     root: nn.Module,
     key: Key,
     leaf: int,
-    api: str,
 ) -> None:
-    """The entry of ``key`` (its value is leaf ``leaf``), or ``UnknownKey``."""
+    """The entry of ``key`` (its value is leaf ``leaf``), or an ``UnknownKey`` fault."""
     prefix, name = ".".join(key[:-1]), key[-1]
     node = nodes.get(prefix)
     if node is None:
@@ -75,8 +75,8 @@ def _add_key(
         if node is not None and parametrize.is_parametrized(node.owner, name):
             start = f"{prefix}.parametrizations.{name}." if prefix else f"parametrizations.{name}."
             originals = [n for n in names if n.startswith(start + "original")]
-            raise _errors.UnknownKey(_errors.parametrized_key(api, key, originals))
-        raise _errors.UnknownKey(_errors.unknown_key(api, key, type(root).__name__, names))
+            raise Fault(UnknownKey, _errors.parametrized_key, key, originals)
+        raise Fault(UnknownKey, _errors.unknown_key, key, type(root).__name__, names)
     plan.names.append(prefix + "." + name if prefix else name)
     if not prefix:
         reads.root_dicts = (node.parameters, node.buffers)
@@ -87,7 +87,6 @@ def complete(
     reads: TreeReads,
     nodes: dict[str, _Node],
     root: nn.Module,
-    api: str,
     *,
     tie_weights: bool,
     strict: bool,
@@ -103,11 +102,11 @@ def complete(
     if tied:  # traced, finish() must still find a slot that two entries name
         reads.may_repeat_slots = True
     if tie_weights and tied:
-        _add_tied_aliases(plan, reads, nodes, root, tied, api)
+        _add_tied_aliases(plan, reads, nodes, root, tied)
     if strict:
         missing = sorted(set(names) - set(plan.names))
         if missing:
-            raise RuntimeError(_errors.missing_keys(api, type(root).__name__, missing))
+            raise Fault(RuntimeError, _errors.missing_keys, type(root).__name__, missing)
 
 
 def _add_tied_aliases(
@@ -116,7 +115,6 @@ def _add_tied_aliases(
     nodes: dict[str, _Node],
     root: nn.Module,
     tied: tuple[tuple[str, ...], ...],
-    api: str,
 ) -> None:
     index_of_name = {name: i for i, name in enumerate(plan.names)}
     for group in tied:
@@ -129,7 +127,7 @@ def _add_tied_aliases(
         for name in group:
             if name not in index_of_name:
                 index_of_name[name] = len(plan.entries)
-                _add_key(plan, reads, nodes, root, tuple(name.split(".")), source, api)
+                _add_key(plan, reads, nodes, root, tuple(name.split(".")), source)
         tied_entries = [plan.entries[index_of_name[name]] for name in group]
         reads.tie_groups.append([SlotRef(entry.slot, entry.name) for entry in tied_entries])
 

@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from .. import _errors
+from .._errors import Fault
 from .slot_values import tracks_gradients
 from .tree import unwrap
 from .types import Distributed, Mode, Plan, Sharded, Swap
@@ -57,7 +58,6 @@ def prepare(
     plan: Plan,
     leaves: Any,
     mode: Mode,
-    api: str,
     non_blocking: bool,
     read_slots: Callable[[Plan], Sequence[Any]],
 ) -> Swap | None:
@@ -66,9 +66,9 @@ def prepare(
     hold the unsharded parameters, whose storage FSDP frees)."""
     if plan.distributed is Distributed.FSDP:
         root = unwrap(module)[0]
-        return _prepare_sharded(root, plan, leaves, mode, api, non_blocking, read_slots)
+        return _prepare_sharded(root, plan, leaves, mode, non_blocking, read_slots)
     if plan.distributed is Distributed.DDP and mode is not INPLACE:
-        _refuse_grad_through_ddp(plan, leaves, api)
+        _refuse_grad_through_ddp(plan, leaves)
     return None
 
 
@@ -127,7 +127,6 @@ def _prepare_sharded(
     plan: Plan,
     leaves: Any,
     mode: Mode,
-    api: str,
     non_blocking: bool,
     read_slots: Callable[[Plan], Sequence[Any]],
 ) -> Swap:
@@ -142,48 +141,48 @@ def _prepare_sharded(
         for entry, key, target in zip(plan.entries, plan.names, held):
             value = leaves.values[entry.leaf]
             if not isinstance(value, torch.Tensor):
-                raise TypeError(_errors.not_a_tensor(api, key, value))
+                raise Fault(TypeError, _errors.not_a_tensor, key, value)
             if target is None:
-                raise ValueError(_errors.inplace_none_target(api, key))
+                raise Fault(ValueError, _errors.inplace_none_target, key)
             if mode is not INPLACE and tracks_gradients(value):
-                raise RuntimeError(_errors.requires_grad_on_fsdp(api, key, root_name))
+                raise Fault(RuntimeError, _errors.requires_grad_on_fsdp, key, root_name)
             swap.sharded.shards.append(target)
-            new.append(_laid_out_like(value, target, api, key))
+            new.append(_laid_out_like(value, target, key))
             old.append(target.detach().clone())
     swap.new, swap.old = new, old
     return swap
 
 
-def _laid_out_like(value: torch.Tensor, target: torch.Tensor, api: str, key: str) -> torch.Tensor:
+def _laid_out_like(value: torch.Tensor, target: torch.Tensor, key: str) -> torch.Tensor:
     value = value.detach()
     if not isinstance(target, DTensor):  # a buffer, or a parameter FSDP does not shard
         if isinstance(value, DTensor):
             value = value.full_tensor()
         if value.shape != target.shape:
-            raise _wrong_shape(api, key, value, target)
+            raise _wrong_shape(key, value, target)
         return value
     if isinstance(value, DTensor):
         if value.device_mesh != target.device_mesh:
-            raise RuntimeError(_errors.fsdp_mesh(api, key, value.device_mesh, target.device_mesh))
+            raise Fault(RuntimeError, _errors.fsdp_mesh, key, value.device_mesh, target.device_mesh)
         if value.shape != target.shape:
-            raise _wrong_shape(api, key, value, target)
+            raise _wrong_shape(key, value, target)
         if tuple(value.placements) != tuple(target.placements):
             value = value.redistribute(target.device_mesh, target.placements)
         return value
     if value.shape != target.shape:
-        raise _wrong_shape(api, key, value, target)
+        raise _wrong_shape(key, value, target)
     return distribute_tensor(
         value.to(target.device), target.device_mesh, target.placements, src_data_rank=None
     )
 
 
-def _wrong_shape(api: str, key: str, value: torch.Tensor, target: torch.Tensor) -> RuntimeError:
+def _wrong_shape(key: str, value: torch.Tensor, target: torch.Tensor) -> Fault:
     local = tuple(target.to_local().shape) if isinstance(target, DTensor) else None
-    return RuntimeError(_errors.fsdp_shape(api, key, value.shape, target.shape, local))
+    return Fault(RuntimeError, _errors.fsdp_shape, key, value.shape, target.shape, local)
 
 
-def _refuse_grad_through_ddp(plan: Plan, leaves: Any, api: str) -> None:
+def _refuse_grad_through_ddp(plan: Plan, leaves: Any) -> None:
     for entry, key in zip(plan.entries[: plan.given], plan.names):
         value = leaves.values[entry.leaf]
         if isinstance(value, torch.Tensor) and tracks_gradients(value):
-            raise RuntimeError(_errors.grad_through_ddp(api, key))
+            raise Fault(RuntimeError, _errors.grad_through_ddp, key)

@@ -27,6 +27,7 @@ from torch.nn.modules.module import _global_parameter_registration_hooks as _hoo
 
 from .. import _errors
 from .._compat import MODULE_DICT_TRACED, forget_added_attributes, hold_dicts, settle_dicts
+from .._errors import Fault
 from . import distributed
 from .flatten import Leaves
 from .plan import forget, read_slots, resolve
@@ -51,44 +52,40 @@ NONE = Distributed.NONE
 PARAMETER, ATTRIBUTE = SlotKind.PARAMETER, SlotKind.ATTRIBUTE
 
 
-def swap_in(
-    params: Any, module: nn.Module, api: str, strict: bool, tie_weights: bool
-) -> tuple[Swap, Leaves]:
+def swap_in(params: Any, module: nn.Module, strict: bool, tie_weights: bool) -> tuple[Swap, Leaves]:
     """``swap`` and ``functional_call``: ``params`` written into ``module`` as they are.
     Made again with a new plan if a cached plan of ``module`` named a slot that is gone
     (``StalePlan``: nothing was written)."""
     if not isinstance(module, nn.Module):
-        raise TypeError(_errors.not_a_module(api, module))
+        raise Fault(TypeError, _errors.not_a_module, module)
     try:
-        plan, leaves = resolve(params, module, api, tie_weights=tie_weights, strict=strict)
+        plan, leaves = resolve(params, module, tie_weights=tie_weights, strict=strict)
         for indexes in plan.tie_sources:  # tied names given: one value for all of them
             first = leaves.values[indexes[0]]
             if any(leaves.values[i] is not first for i in indexes[1:]):
                 names = [".".join(leaves.keys[i]) for i in indexes]
-                raise ValueError(_errors.tied_conflict(api, names))
-        swapped = prepare(module, plan, leaves, AS_IS, api, False)
+                raise Fault(ValueError, _errors.tied_conflict, names)
+        swapped = prepare(module, plan, leaves, AS_IS, False)
     except StalePlan:
         forget(module)
-        return swap_in(params, module, api, strict, tie_weights)
+        return swap_in(params, module, strict, tie_weights)
     commit(swapped)
     return swapped, leaves
 
 
-def prepare(
-    module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, api: str, non_blocking: bool
-) -> Swap:
+def prepare(module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, non_blocking: bool) -> Swap:
     """Read the old values and decide what each slot receives; nothing is written.
     ``StalePlan`` if a cached plan names a slot that is gone."""
     if plan.distributed is None:  # FSDP2, DDP or neither: decided on the plan's first use
         plan.distributed = distributed.classified(module, plan)
     if plan.distributed is not NONE:
-        sharded = distributed.prepare(module, plan, leaves, mode, api, non_blocking, read_slots)
+        sharded = distributed.prepare(module, plan, leaves, mode, non_blocking, read_slots)
         if sharded is not None:
             return sharded
     swap = Swap(plan, mode, leaves, non_blocking)
     values = leaves.values
     if mode is INPLACE:
-        swap.old = check_inplace(plan, values, api)
+        swap.old = check_inplace(plan, values)
         swap.new = [values[entry.leaf] for entry in plan.entries[: plan.given]]
         return swap
     # Traced, `slot[name]` is Dynamo's unread (lazy) entry of the module's dict: the old
@@ -396,19 +393,18 @@ def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict
 # to_module(inplace=True): copies into the module's own tensors
 
 
-def check_inplace(plan: Plan, values: list, api: str) -> list:
+def check_inplace(plan: Plan, values: list) -> list:
     saved: list[torch.Tensor] = []
     with torch.no_grad():
         for entry, key, target in zip(plan.entries, plan.names, read_slots(plan)):
             value = values[entry.leaf]
             if value is None:
-                raise TypeError(_errors.not_a_tensor(api, key, value))
+                raise Fault(TypeError, _errors.not_a_tensor, key, value)
             if target is None:
-                raise ValueError(_errors.inplace_none_target(api, key))
+                raise Fault(ValueError, _errors.inplace_none_target, key)
             if not _fits(value.shape, target.shape):
-                raise RuntimeError(
-                    _errors.inplace_shape(api, key, tuple(value.shape), tuple(target.shape))
-                )
+                got, expected = tuple(value.shape), tuple(target.shape)
+                raise Fault(RuntimeError, _errors.inplace_shape, key, got, expected)
             if len(saved) < plan.given:
                 saved.append(target.detach().clone())
     return saved

@@ -27,6 +27,7 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 
 from .. import _errors
 from .._compat import FCALL_OPS
+from .._errors import Fault
 from .types import Key, new_entry
 
 if TYPE_CHECKING:
@@ -45,11 +46,10 @@ class Leaves:
     ``params``, which is rare: it walks the container again.
     """
 
-    __slots__ = ("_keys", "api", "params", "signature", "values")
+    __slots__ = ("_keys", "params", "signature", "values")
 
-    def __init__(self, params: Any, api: str) -> None:
+    def __init__(self, params: Any) -> None:
         self.params = params
-        self.api = api
         self.values: list[Any] = []
         self.signature: Any = None
         self._keys: list[Key] | None = None
@@ -57,29 +57,29 @@ class Leaves:
     @property
     def keys(self) -> list[Key]:
         if self._keys is None:
-            self._keys = _walk(self.params, Leaves(self.params, self.api), None).keys
+            self._keys = _walk(self.params, Leaves(self.params), None).keys
         return self._keys
 
     def holders(self) -> list[Holder]:
         found: list[Holder] = []
-        _walk(self.params, Leaves(self.params, self.api), found)
+        _walk(self.params, Leaves(self.params), found)
         return found
 
 
-def flatten(params: Any, api: str) -> Leaves:
+def flatten(params: Any) -> Leaves:
     if torch.compiler.is_compiling():
-        return flatten_generic(params, api)
-    return flatten_eager(params, api)
+        return flatten_generic(params)
+    return flatten_eager(params)
 
 
-def flatten_generic(params: Any, api: str) -> Leaves:
+def flatten_generic(params: Any) -> Leaves:
     """Any params container, eager or traced: a key tuple per leaf."""
-    leaves = _walk(params, Leaves(params, api), None)
+    leaves = _walk(params, Leaves(params), None)
     leaves.signature = tuple(leaves.keys)
     return leaves
 
 
-def flatten_eager(params: Any, api: str) -> Leaves:
+def flatten_eager(params: Any) -> Leaves:
     """Eager only: an exact TensorDict, the TensorDict of a TensorDictParams and a dict
     (nested or not) whose root names are strings without a dot take a fast walk
     (``_walk_exact``)."""
@@ -90,7 +90,7 @@ def flatten_eager(params: Any, api: str) -> Leaves:
             # to_module(old, m)`): their values and key structure are those of the
             # swap that returned them; building their nodes to walk them would
             # cost more than the swap.
-            leaves = Leaves(params, api)
+            leaves = Leaves(params)
             leaves.values = list(unbuilt.values)
             leaves.signature = unbuilt.signature
             return leaves
@@ -100,18 +100,18 @@ def flatten_eager(params: Any, api: str) -> Leaves:
     elif isinstance(params, _TensorDictParamsBase) and type(params._param_td) is TensorDict:
         entries = params._param_td._tensordict  # its registered leaves, as _walk reads them
     elif type(params) is dict:
-        return _flat_or_generic(params, api)
+        return _flat_or_generic(params)
     else:
-        return flatten_generic(params, api)
-    leaves = Leaves(params, api)
+        return flatten_generic(params)
+    leaves = Leaves(params)
     shape: list[Any] = []
     if _walk_exact(entries, leaves.values, shape):
         leaves.signature = tuple(shape)
         return leaves
-    return flatten_generic(params, api)
+    return flatten_generic(params)
 
 
-def _flat_or_generic(params: dict, api: str) -> Leaves:
+def _flat_or_generic(params: dict) -> Leaves:
     """A flat dict of tensors with dotted string names (``torch.func``'s form): its names
     are its signature (a string caches its hash), its values the leaves; the key tuples
     are split only when a plan is built (``Leaves.keys``). Anything else: the generic walk.
@@ -120,14 +120,14 @@ def _flat_or_generic(params: dict, api: str) -> Leaves:
     for value in values:
         cls = type(value)
         if cls is not _Tensor and cls is not _Parameter:
-            return flatten_generic(params, api)
+            return flatten_generic(params)
     names = tuple(params)
     try:
         if not all(map(str.__len__, names)):  # an empty name: the generic walk's error
-            return flatten_generic(params, api)
+            return flatten_generic(params)
     except TypeError:  # a name that is not a string
-        return flatten_generic(params, api)
-    leaves = Leaves(params, api)
+        return flatten_generic(params)
+    leaves = Leaves(params)
     leaves.values = values
     leaves.signature = names
     return leaves
@@ -193,7 +193,7 @@ def _walk(params: Any, leaves: Leaves, holders: list[Holder] | None) -> Leaves:
     elif isinstance(params, dict):
         _walk_node(params, (), leaves, holders)
     else:
-        raise TypeError(_errors.bad_params(leaves.api, params))
+        raise Fault(TypeError, _errors.bad_params, params)
     return leaves
 
 
@@ -236,7 +236,7 @@ def _walk_node(node: Any, prefix: Key, leaves: Leaves, holders: list[Holder] | N
                 value if isinstance(value, TensorDict) else wrapped(value), key, leaves, holders
             )
         else:
-            raise TypeError(_errors.not_a_tensor(leaves.api, _errors.dotted(key), _payload(value)))
+            raise Fault(TypeError, _errors.not_a_tensor, _errors.dotted(key), _payload(value))
 
 
 def _split(name: Any) -> Key:

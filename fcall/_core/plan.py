@@ -44,7 +44,6 @@ _MAX_PLANS_PER_MODULE = 16
 def resolve(
     params: Any,
     module: nn.Module,
-    api: str,
     *,
     tie_weights: bool,
     strict: bool,
@@ -54,16 +53,14 @@ def resolve(
     """The plan for ``params`` in ``module`` (cached in eager), and the leaves of ``params``.
     ``make_parameters``, ``group_by_dict``: to_module's, see ``traced.resolve``."""
     if torch.compiler.is_compiling():
-        routed = traced.resolve(
-            params, module, api, tie_weights, strict, make_parameters, group_by_dict
-        )
+        routed = traced.resolve(params, module, tie_weights, strict, make_parameters, group_by_dict)
         if routed is not None:
             return routed
-        leaves = flatten_generic(params, api)
-        plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict, traced=True)
+        leaves = flatten_generic(params)
+        plan = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=True)
         return plan, leaves
-    leaves = flatten_eager(params, api)
-    return _cached_plan(module, leaves, api, tie_weights, strict), leaves
+    leaves = flatten_eager(params)
+    return _cached_plan(module, leaves, tie_weights, strict), leaves
 
 
 class CachedPlan(NamedTuple):
@@ -101,9 +98,7 @@ def forget(module: nn.Module) -> None:
     _CACHE.pop(id(module), None)
 
 
-def _cached_plan(
-    module: nn.Module, leaves: Leaves, api: str, tie_weights: bool, strict: bool
-) -> Plan:
+def _cached_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool) -> Plan:
     """The cached plan of ``leaves`` in ``module``, rebuilt if stale (eager only)."""
     signature = (leaves.signature, tie_weights, strict)
     cached = _CACHE.get(id(module))
@@ -116,7 +111,7 @@ def _cached_plan(
     else:
         found = cached.plans.get(signature)
     if found is None or not found.staleness.holds():
-        plan = build(module, leaves.keys, api, tie_weights=tie_weights, strict=strict)
+        plan = build(module, leaves.keys, tie_weights=tie_weights, strict=strict)
         staleness = Staleness(plan, unwrap(module)[0], watch=tie_weights or strict, strict=strict)
         found = CachedPlan(plan, staleness)
         if len(cached.plans) >= _MAX_PLANS_PER_MODULE:

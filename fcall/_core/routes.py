@@ -19,6 +19,7 @@ from tensordict.nn import TensorDictParams as _TensorDictParamsBase
 from torch import nn
 
 from .._compat import SKIPPED_TENSOR_GUARDS
+from .._errors import Fault
 from .build import build
 from .registration import dict_groups
 from .tree import unwrap
@@ -134,9 +135,7 @@ class Route(NamedTuple):
     """``to_module``'s ``PRESERVE``: what each value goes in as."""
 
 
-def route_of_dict(
-    shape: list[tuple], module: nn.Module, api: str, tie_weights: bool
-) -> Route | Generic:
+def route_of_dict(shape: list[tuple], module: nn.Module, tie_weights: bool) -> Route | Generic:
     """The Route of a dict whose structure is ``shape`` (``_dict_shape``): its leaves in
     ``flatten_generic``'s order (depth first, each name split at its dots)."""
     keys: list[Key] = []
@@ -167,14 +166,14 @@ def route_of_dict(
     declined = visit(0, 0, ())
     if declined is not None:
         return declined
-    route = _route(module, keys, api, tie_weights)
+    route = _route(module, keys, tie_weights)
     if isinstance(route, Generic):
         return route
     return route._replace(leaf_nodes=tuple(positions))
 
 
 def route_of_tensordict(
-    params: Any, module: nn.Module, api: str, tie_weights: bool, preserve: bool = False
+    params: Any, module: nn.Module, tie_weights: bool, preserve: bool = False
 ) -> Route | Generic:
     if type(params) is TensorDict:
         entries = params._tensordict
@@ -191,7 +190,7 @@ def route_of_tensordict(
     if declined is not None:
         return declined
     levels, order = _levels(nodes)
-    route = _route(module, keys, api, tie_weights)
+    route = _route(module, keys, tie_weights)
     if isinstance(route, Generic):
         return route
     if preserve:
@@ -272,7 +271,7 @@ def _levels(nodes: list[Node]) -> tuple[Levels, list[int]]:
         depth += 1
 
 
-def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> Route | Generic:
+def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Generic:
     """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes."""
     root, prefixes = unwrap(module)
     if "module" in prefixes:
@@ -282,8 +281,8 @@ def _route(module: nn.Module, keys: list[Key], api: str, tie_weights: bool) -> R
     if not keys:
         return Generic.NO_KEYS
     try:
-        plan = build(module, keys, api, tie_weights=tie_weights, strict=False)
-    except (KeyError, RuntimeError):  # the builder's own errors: the generic path raises them
+        plan = build(module, keys, tie_weights=tie_weights, strict=False)
+    except Fault:  # the builder's own errors: the generic path raises them, traced
         return Generic.BUILDER_RAISED
     reads = plan.reads
     assert reads is not None  # build's

@@ -58,7 +58,6 @@ _repeat = itertools.repeat
 def resolve(
     params: Any,
     module: nn.Module,
-    api: str,
     tie_weights: bool,
     strict: bool,
     make_parameters: bool = False,
@@ -76,8 +75,8 @@ def resolve(
     ordered = make_parameters or group_by_dict  # to_module: the order is tensordict's order
     shape, level_values = _dict_shape(params, ordered) if isinstance(params, dict) else (None, None)
     # what _decide is given: one tuple, its items' names first (a literal: no guard)
-    names = ("module", "params", "shape", "level_values", "api", "tie_weights", "make_parameters")
-    request = (names, module, params, shape, level_values, api, tie_weights, make_parameters)
+    names = ("module", "params", "shape", "level_values", "tie_weights", "make_parameters")
+    request = (names, module, params, shape, level_values, tie_weights, make_parameters)
     comptime(_decide)  # reads `request`
     del request  # read by _decide only (a call here would add guards to every swap)
     route = _decided()
@@ -117,7 +116,7 @@ def resolve(
     if group_by_dict:
         groups = zip(pick(dicts, route.group_slots), map(list, route.group_names))
         plan.dict_groups = list(map(tuple.__new__, _repeat(DictGroup), groups))
-    leaves = Leaves(params, api)
+    leaves = Leaves(params)
     leaves.values = list(values)  # one extend of a tuple: no side effect per value
     return plan, leaves
 
@@ -294,7 +293,6 @@ def _route_of(ctx: Any) -> Route | Generic:
         return Generic.ALIASING_GUARDS  # the generic path reads the module's tensors
     request = local_items(ctx, "request")  # resolve's, by name
     module = real_object(request["module"])
-    api = request["api"].as_python_constant()
     tie_weights = request["tie_weights"].as_python_constant()
     if not isinstance(module, nn.Module):
         return Generic.NOT_A_MODULE
@@ -304,8 +302,8 @@ def _route_of(ctx: Any) -> Route | Generic:
         return Generic.UNDER_VMAP
     if shape is None:
         params = real_object(request["params"])
-        return route_of_tensordict(params, module, api, tie_weights, preserve)
-    route = route_of_dict(shape, module, api, tie_weights)
+        return route_of_tensordict(params, module, tie_weights, preserve)
+    route = route_of_dict(shape, module, tie_weights)
     if isinstance(route, Generic) or not preserve:
         return route
     facts = tensor_facts(request["level_values"], route.leaf_nodes)

@@ -32,6 +32,8 @@ from .._core.engine import restore, swap_in, write_back
 from .._core.flatten import Leaves, flatten
 from .._core.ties import all_named_tensors, names_and_ties
 from .._core.tree import owner_at, slot_of, strip, unwrap, unwrap_for_keys
+from .._core.types import Swap
+from .._errors import Fault
 from . import parametrized
 from .swap import Params
 
@@ -87,20 +89,27 @@ def functional_call(
         args = (args,)
     if kwargs is None:
         kwargs = {}
-    if isinstance(params, (tuple, list)):  # torch.func's (params, buffers) form
-        params = _merged(params, api)
-    elif not isinstance(params, (Mapping, TensorDictBase)):
+    if not isinstance(params, (tuple, list, Mapping, TensorDictBase)):
         raise ValueError(_errors.bad_params_form(api, params))
-    try:
-        swapped, _ = swap_in(params, module, api, strict, tie_weights)
-    except _errors.UnknownKey:  # nothing was written: torch.func's attribute keys
-        if unknown_keys == "raise" and not strict:
-            raise
-        return _call_with_extras(module, params, args, kwargs, tie_weights, strict)
-    try:
-        return module(*args, **kwargs)
-    finally:
-        restore(swapped)
+    try:  # the core's faults, worded once, outside the except clause
+        if isinstance(params, (tuple, list)):  # torch.func's (params, buffers) form
+            params = _merged(params, api)
+        try:
+            swapped: Swap | None = swap_in(params, module, strict, tie_weights)[0]
+        except Fault as fault:  # nothing was written
+            if not fault.is_unknown_key() or (unknown_keys == "raise" and not strict):
+                raise
+            swapped = None  # torch.func's attribute keys: set for the call
+        if swapped is None:  # outside the except clause: the forward's errors chain to nothing
+            return _call_with_extras(module, params, args, kwargs, tie_weights, strict)
+    except Fault as fault:
+        error = fault.worded(api)
+    else:
+        try:
+            return module(*args, **kwargs)
+        finally:
+            restore(swapped)
+    raise error
 
 
 def _call_with_extras(
@@ -109,11 +118,11 @@ def _call_with_extras(
     api = "fcall.functional_call"
     if isinstance(params, Mapping) and "" in params:  # torch.func refuses the empty name
         raise KeyError(_errors.EMPTY_NAME)
-    found = _split(params, module, api)
+    found = _split(params, module)
     if strict:
         raise _strict_error(module, found, tie_weights, api) from None
     _check_extras(module, found.extras)
-    swapped, _ = swap_in(found.known, module, api, strict, tie_weights)
+    swapped, _ = swap_in(found.known, module, strict, tie_weights)
     try:
         for extra in found.extras:
             if extra.parametrized:  # the parametrization off for the call, as torch documents
@@ -179,7 +188,7 @@ def _flat_items(part: Any, position: int, api: str) -> Any:
         isinstance(value, (Mapping, TensorDictBase)) for value in part.values()
     ):
         return part.items()  # flat already, as torch.func takes it
-    leaves = flatten(part, api)
+    leaves = flatten(part)
     return [(".".join(key), value) for key, value in zip(leaves.keys, leaves.values)]
 
 
@@ -213,9 +222,9 @@ class _Split:
     unexpected: list[str]
 
 
-def _split(params: Any, module: nn.Module, api: str) -> _Split:
+def _split(params: Any, module: nn.Module) -> _Split:
     """The known keys (as a flat dict of dotted names) and the extras of ``params``."""
-    leaves = flatten(params, api)
+    leaves = flatten(params)
     root, prefixes = unwrap_for_keys(module)
     known: dict[str, Any] = {}
     leaf_of: list[int] = []

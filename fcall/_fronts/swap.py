@@ -12,6 +12,7 @@ from torch import nn
 from .._core.engine import restore, swap_in
 from .._core.flatten import old_tensordict
 from .._core.types import Swap
+from .._errors import Fault
 
 Params = TensorDictBase | Mapping[str, Any]
 
@@ -64,13 +65,16 @@ class swap:
         self._outer: list[Swap] = []  # the swaps of enclosing enters of this object
 
     def __enter__(self) -> TensorDict:
-        swapped, leaves = swap_in(
-            self._params, self._module, "fcall.swap", self._strict, self._tie_weights
-        )
-        if self._swap is not None:  # entered again inside its own block: nested restores
-            self._outer.append(self._swap)
-        self._swap = swapped
-        return old_tensordict(swapped.plan, leaves, swapped.old[: swapped.plan.given])
+        try:
+            swapped, leaves = swap_in(self._params, self._module, self._strict, self._tie_weights)
+        except Fault as fault:
+            error = fault.worded("fcall.swap")
+        else:
+            if self._swap is not None:  # entered again inside its own block: nested restores
+                self._outer.append(self._swap)
+            self._swap = swapped
+            return old_tensordict(swapped.plan, leaves, swapped.old[: swapped.plan.given])
+        raise error  # outside the except clause: no Fault chained to it
 
     def __exit__(
         self,

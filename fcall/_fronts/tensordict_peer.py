@@ -47,7 +47,7 @@ _TO_MODULE = _tensordict_implementation()
 
 def crosses_tensordict_module(params: Any, module: nn.Module) -> bool:
     """Whether some key of ``params`` goes through a TensorDictParams submodule."""
-    for key in flatten(params, "fcall.to_module").keys:
+    for key in flatten(params).keys:
         for depth in range(1, len(key)):
             owner = owner_at(module, key[:depth])
             if isinstance(owner, _TDParams):
@@ -72,7 +72,7 @@ def to_module(params: Any, module: nn.Module, **keywords: Any) -> Any:
     """tensordict's ``params.to_module(module, ...)``, with the keywords that differ from
     their defaults."""
     if not isinstance(params, TensorDictBase):
-        leaves = flatten(params, "fcall.to_module")
+        leaves = flatten(params)
         params = to_tensordict(leaves.keys, leaves.values)
     given = {k: v for k, v in keywords.items() if v is not _DEFAULTS[k]}
     return _TO_MODULE(params, module, **given)
@@ -82,7 +82,7 @@ _TD_MODULE_OP = "_fcall_to_tensordict_module"  # the record of into_tensordict_m
 
 
 def into_tensordict_module(
-    params: TensorDictBase | Mapping[str, Any], module: Any, return_swap: bool, api: str
+    params: TensorDictBase | Mapping[str, Any], module: Any, return_swap: bool
 ) -> TensorDictBase | None:
     """tensordict's ``to_module`` into a TensorDictParams (an ``nn.Module`` that is a
     TensorDict): the module's TensorDict becomes ``params`` itself and a copy of the
@@ -91,7 +91,7 @@ def into_tensordict_module(
     by tensordict: the module then holds exactly what ``params`` holds). On exit the
     module gets back the very TensorDict it held (tensordict: a shallow copy of it)."""
     if not isinstance(params, TensorDictBase):
-        leaves = flatten(params, api)
+        leaves = flatten(params)
         params = to_tensordict(leaves.keys, leaves.values)
     if not return_swap:
         module.update(params)

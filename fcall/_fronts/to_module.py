@@ -27,6 +27,7 @@ from .._core.flatten import Leaves, flatten, old_tensordict
 from .._core.plan import forget, resolve
 from .._core.registration import reregister_as_given
 from .._core.types import GONE, Mode, Plan, StalePlan, Swap
+from .._errors import Fault
 from . import tensordict_peer
 
 Params = TensorDictBase | Mapping[str, Any]
@@ -146,22 +147,26 @@ def to_module(
         raise TypeError(_errors.not_a_module(api, module))
     if swap_dest is not None and not isinstance(swap_dest, TensorDictBase):
         raise TypeError(_errors.bad_swap_dest(api, swap_dest))
-    if use_state_dict:
-        if inplace is not None:
-            raise RuntimeError(_errors.inplace_with_state_dict(api))
-        params = _through_load_state_dict_pre_hooks(params, module, api)
-    if isinstance(module, TensorDictBase):  # a TensorDictParams: its TensorDict is replaced
-        return tensordict_peer.into_tensordict_module(params, module, return_swap, api)
+    if use_state_dict and inplace is not None:
+        raise RuntimeError(_errors.inplace_with_state_dict(api))
     mode = INPLACE if inplace else PRESERVE if preserve_module_state else REPLACE
-    try:
+    try:  # the core's faults, worded once, outside the except clause
+        if use_state_dict:
+            params = _through_load_state_dict_pre_hooks(params, module)
+        if isinstance(module, TensorDictBase):  # a TensorDictParams: its TensorDict is replaced
+            return tensordict_peer.into_tensordict_module(params, module, return_swap)
         try:
             return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
         except StalePlan:  # a cached plan named a slot that is gone: nothing was written
             forget(module)
             return _to_module(params, module, mode, return_swap, swap_dest, non_blocking)
-    except _errors.UnknownKey:  # nothing was written
-        if not tensordict_peer.crosses_tensordict_module(params, module):
-            raise
+    except Fault as fault:  # nothing was written
+        crossing = fault.is_unknown_key() and tensordict_peer.crosses_tensordict_module(
+            params, module
+        )
+        error = None if crossing else fault.worded(api)
+    if error is not None:
+        raise error
     # A key through a TensorDictParams held as a submodule (`m.params = TensorDictParams(..)`)
     # has no slot of its own: tensordict's own to_module swaps it (the peer's semantics).
     return tensordict_peer.to_module(
@@ -183,11 +188,9 @@ def _to_module(
     swap_dest: TensorDictBase | None,
     non_blocking: bool,
 ) -> TensorDictBase | None:
-    api = "fcall.to_module"
     plan, leaves = resolve(
         params,
         module,
-        api,
         tie_weights=False,
         strict=False,
         make_parameters=mode is PRESERVE,
@@ -204,7 +207,7 @@ def _to_module(
             redo = old_tensordict(plan, leaves, current[: undone.plan.given])
             _attach_redo(redo, undone, current)  # `with`: on exit, the swap is back in
             return redo
-    swap = prepare(module, plan, leaves, mode, api, non_blocking)
+    swap = prepare(module, plan, leaves, mode, non_blocking)
     if swap.sharded is None:  # tensordict's order and hooks (FSDP2 copies into shards)
         swap.reorder_in = module
     old = swap.old[: plan.given]
@@ -263,9 +266,9 @@ def _exact_inverse(params: Params, module: nn.Module, plan: Plan, leaves: Leaves
     return undone
 
 
-def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module, api: str) -> dict:
+def _through_load_state_dict_pre_hooks(params: Params, module: nn.Module) -> dict:
     """Run every ``load_state_dict`` pre-hook once, as ``module.load_state_dict`` would."""
-    leaves = flatten(params, api)
+    leaves = flatten(params)
     state = {".".join(key): value for key, value in zip(leaves.keys, leaves.values)}
     for prefix, submodule in module.named_modules():
         for hook in submodule._load_state_dict_pre_hooks.values():
