@@ -234,29 +234,7 @@ def restore(swap: Swap) -> Sequence[Any]:
         tuple(map(write, plan.slots, plan.slot_names, swap.old))
         changed = False in tuple(map(is_, current, swap.new))
     else:
-        held = []
-        changed = swap.targets is not None  # a value changed dict
-        for index, target, slot, name, old, new in zip(
-            count(), swap.targets or repeat(None), plan.slots, plan.slot_names, swap.old, swap.new
-        ):
-            now = (slot if target is None else target).get(name, GONE)
-            held.append(now)
-            if now is not new:  # forward reassigned it (a buffer), or deleted it
-                changed = True
-            if target is None:
-                pass
-            elif not MODULE_DICT_TRACED and plan.traced and plan.entries[index].kind is PARAMETER:
-                _leave_attributes(swap, index, target)  # a Parameter slot's only target
-            else:
-                target.pop(name, None)
-            slot[name] = old
-        if plan.repeated:  # a slot two entries name was read again after its restore
-            for index, first in plan.repeated.items():
-                held[index] = held[first]
-            changed = swap.targets is not None or any(a is not b for a, b in zip(held, swap.new))
-        current = held
-        if plan.traced and swap.targets is not None:  # a value left a module's __dict__
-            forget_added_attributes()  # before anything reads the module's attributes
+        current, changed = _restore_by_entry(swap)
     for order in swap.orders:  # a value that left a dict comes back in its place
         move_to_end(order.slot, [key for key in order.keys if key in order.slot])
     for rnn in plan.rnns:
@@ -274,6 +252,36 @@ def restore(swap: Swap) -> Sequence[Any]:
                 _check_deleted_slots(plan, current)
                 break
     return current
+
+
+def _restore_by_entry(swap: Swap) -> tuple[list[Any], bool]:
+    """``restore``'s loop where a value changed dict, a slot is named twice, or (traced on
+    torch 2.11) an attribute's ``__dict__`` is written a key at a time: what each slot held,
+    and whether any held another value than the swap put there."""
+    plan = swap.plan
+    held: list[Any] = []
+    changed = swap.targets is not None  # a value changed dict
+    for index, target, slot, name, old, new in zip(
+        count(), swap.targets or repeat(None), plan.slots, plan.slot_names, swap.old, swap.new
+    ):
+        now = (slot if target is None else target).get(name, GONE)
+        held.append(now)
+        if now is not new:  # forward reassigned it (a buffer), or deleted it
+            changed = True
+        if target is None:
+            pass
+        elif not MODULE_DICT_TRACED and plan.traced and plan.entries[index].kind is PARAMETER:
+            _leave_attributes(swap, index, target)  # a Parameter slot's only target
+        else:
+            target.pop(name, None)
+        slot[name] = old
+    if plan.repeated:  # a slot two entries name was read again after its restore
+        for index, first in plan.repeated.items():
+            held[index] = held[first]
+        changed = swap.targets is not None or any(a is not b for a, b in zip(held, swap.new))
+    if plan.traced and swap.targets is not None:  # a value left a module's __dict__
+        forget_added_attributes()  # before anything reads the module's attributes
+    return held, changed
 
 
 def _leave_attributes(swap: Swap, index: int, attributes: dict) -> None:

@@ -23,7 +23,7 @@ from .._errors import Fault
 from .build import build
 from .registration import dict_groups
 from .tree import unwrap
-from .types import Key, SlotKind
+from .types import Key, Plan, SlotKind
 
 
 class Generic(enum.Enum):
@@ -284,6 +284,38 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
         plan = build(module, keys, tie_weights=tie_weights, strict=False)
     except Fault:  # the builder's own errors: the generic path raises them, traced
         return Generic.BUILDER_RAISED
+    declined = _declined(plan)
+    if declined is not None:
+        return declined
+    tree = _owner_tree(root, plan)
+    if isinstance(tree, Generic):
+        return tree
+    slots = _slots(plan, tree)
+    if isinstance(slots, Generic):
+        return slots
+    moved = _moved_groups(plan, slots)
+    return Route(
+        owners=tree.levels,
+        owner_keys=slots.owner_keys,
+        buffer_owners=slots.buffer_owners,
+        buffer_keys=slots.buffer_keys,
+        slots=slots.slots,
+        names=tuple(entry.name for entry in plan.entries),
+        buffers=tuple(entry.kind is SlotKind.BUFFER for entry in plan.entries),
+        owner_of_entry=slots.owner_of_entry,
+        dotted=tuple(".".join(key) for key in keys),
+        nodes=None,
+        node_keys=(),
+        leaf_nodes=(),
+        leaf_names=(),
+        group_slots=tuple(group.slot for group in moved),
+        group_names=tuple(tuple(group.names) for group in moved),
+        preserve=None,
+    )
+
+
+def _declined(plan: Plan) -> Generic | None:
+    """Why the builder's ``plan`` takes the generic path, if it does."""
     reads = plan.reads
     assert reads is not None  # build's
     if plan.rnns:
@@ -294,11 +326,28 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
         return Generic.TIED
     if plan.has_attributes:
         return Generic.ATTRIBUTE
-    # Each owner once: a module at two paths, or a slot named twice, takes the generic path
+    return None
+
+
+class _OwnerTree(NamedTuple):
+    """The owner modules of a plan, as the trace reaches them."""
+
+    levels: Levels
+    """How the trace reaches them from the root."""
+    owners: list[nn.Module]
+    """The owners in the trace's order (root first, level by level)."""
+    position: dict[int, int]
+    """``id()`` of an owner's ``__dict__`` -> its place in ``owners``."""
+
+
+def _owner_tree(root: nn.Module, plan: Plan) -> _OwnerTree | Generic:
+    """Each module on a key's path (the build's ``chain``), once: a module at two paths
+    takes the generic path."""
+    assert plan.reads is not None  # build's
     found = [_ROOT]  # per owner
     index_of = {id(root.__dict__): 0}
     by_modules = {id(root._modules): 0}
-    for link in reads.chain:
+    for link in plan.reads.chain:
         parent = by_modules.get(id(link.parent_modules))
         if parent is None or id(link.child.__dict__) in index_of:
             return Generic.REPEATED
@@ -306,15 +355,33 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
         by_modules[id(link.child._modules)] = len(found)
         found.append(Node(parent, link.name, found[parent].depth + 1))
     levels, order = _levels(found)
-    position = {node: i for i, node in enumerate(order)}
-    owners = _owners(root, levels)
-    owner_keys = tuple(tuple(owner._parameters) for owner in owners)
+    place = {node: i for i, node in enumerate(order)}
+    position = {attributes: place[node] for attributes, node in index_of.items()}
+    return _OwnerTree(levels, _owners(root, levels), position)
+
+
+class _Slots(NamedTuple):
+    """Where each entry's value goes, as indexes (``Route``'s fields of the same names)."""
+
+    owner_keys: tuple[tuple[str, ...], ...]
+    buffer_owners: tuple[int, ...]
+    buffer_keys: tuple[tuple[str, ...], ...]
+    slots: tuple[int, ...]
+    owner_of_entry: tuple[int, ...]
+    of_dict: dict[int, int]
+    """``id()`` of a slot dict -> its index (an owner's ``_parameters``, then ``_buffers``)."""
+
+
+def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
+    """Each entry's dict as an index: an owner's ``_parameters``, or (from ``len(owners)``
+    on) a buffer owner's ``_buffers``; a slot named twice takes the generic path."""
+    owners = tree.owners
     buffer_owners: list[int] = []
     slots: list[int] = []
     owner_of_entry: list[int] = []
     seen: set[tuple[int, str]] = set()
     for entry in plan.entries:
-        owner = position[index_of[id(entry.attributes)]]
+        owner = tree.position[id(entry.attributes)]
         if type(entry.slot) is not dict:
             return Generic.DICT_SUBCLASS
         if (id(entry.slot), entry.name) in seen:
@@ -328,36 +395,34 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
             buffer_owners.append(owner)
             slots.append(len(owners) + len(buffer_owners) - 1)
         owner_of_entry.append(owner)
-    # to_module's registration order: registration's groups, each dict as its slot index. A
-    # dict that already ends with its names, in order, is left as it is (the trace checks its
-    # keys, in order, against these: traced.resolve)
-    slot_of_dict = {id(entry.slot): slot for entry, slot in zip(plan.entries, slots)}
-    groups = [(slot_of_dict[id(d)], names) for d, names in dict_groups(plan)]
-    buffer_keys = tuple(tuple(owners[i]._buffers) for i in buffer_owners)
-    keys_of = [*owner_keys, *buffer_keys]
-    moved = [
-        (slot, names)
-        for slot, names in groups
-        if keys_of[slot][len(keys_of[slot]) - len(names) :] != tuple(names)
-    ]
-    return Route(
-        owners=levels,
-        owner_keys=owner_keys,
+    return _Slots(
+        owner_keys=tuple(tuple(owner._parameters) for owner in owners),
         buffer_owners=tuple(buffer_owners),
-        buffer_keys=buffer_keys,
+        buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
         slots=tuple(slots),
-        names=tuple(entry.name for entry in plan.entries),
-        buffers=tuple(entry.kind is SlotKind.BUFFER for entry in plan.entries),
         owner_of_entry=tuple(owner_of_entry),
-        dotted=tuple(".".join(key) for key in keys),
-        nodes=None,
-        node_keys=(),
-        leaf_nodes=(),
-        leaf_names=(),
-        group_slots=tuple(slot for slot, _ in moved),
-        group_names=tuple(tuple(names) for _, names in moved),
-        preserve=None,
+        of_dict={id(entry.slot): slot for entry, slot in zip(plan.entries, slots)},
     )
+
+
+class _Group(NamedTuple):
+    """A dict (as its slot index) whose names the registration order moves last."""
+
+    slot: int
+    names: list[str]
+
+
+def _moved_groups(plan: Plan, slots: _Slots) -> list[_Group]:
+    """to_module's registration order: registration's groups, each dict as its slot index.
+    A dict that already ends with its names, in order, is left as it is (the trace checks
+    its keys, in order, against these: ``traced.resolve``)."""
+    keys_of = [*slots.owner_keys, *slots.buffer_keys]
+    groups = (_Group(slots.of_dict[id(group.slot)], group.names) for group in dict_groups(plan))
+    return [
+        group
+        for group in groups
+        if keys_of[group.slot][len(keys_of[group.slot]) - len(group.names) :] != tuple(group.names)
+    ]
 
 
 def _has_fsdp(root: nn.Module) -> bool:

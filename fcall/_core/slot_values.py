@@ -130,17 +130,15 @@ def _registered_per_entry(
     # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
     converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
     new = []
-    for entry_index, (_, name, index, _, kind), old_value in zip(
-        range(len(old)), plan.entries, old
-    ):
-        value = converted.get(index)
+    for index, entry, old_value in zip(range(len(old)), plan.entries, old):
+        value = converted.get(entry.leaf)
         if value is None:
-            value = values[index]
-            if kind is PARAMETER and value is not None:
+            value = values[entry.leaf]
+            if entry.kind is PARAMETER and value is not None:
                 value = _as_parameter_slot(value, old_value, traced)
-            elif kind is BUFFER and isinstance(value, nn.Parameter):
-                value = _as_buffer(value, attributes_of(plan, entry_index), name)
-            converted[index] = value
+            elif entry.kind is BUFFER and isinstance(value, nn.Parameter):
+                value = _as_buffer(value, attributes_of(plan, index), entry.name)
+            converted[entry.leaf] = value
         new.append(value)
     return new
 

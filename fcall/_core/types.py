@@ -188,12 +188,13 @@ class Plan:
         # Dynamo (torch 2.11-2.12) traces id() of a module, not of a dict
         owners = None if self.reads is None else self.reads.owners
         for index in range(len(self.entries)):
-            slot, name, _, attributes, kind = self.entries[index]
-            identity = id(slot) if owners is None else id(owners[index])
-            seen = first.setdefault((identity, name), index)
-            if seen != index:
+            entry = self.entries[index]
+            identity = id(entry.slot) if owners is None else id(owners[index])
+            seen = first.setdefault((identity, entry.name), index)
+            if seen != index:  # the first one's leaf (tuple.__new__: traced, see new_entry)
                 leaf = self.entries[seen].leaf
-                self.entries[index] = new_entry(Entry, (slot, name, leaf, attributes, kind))
+                parts = (entry.slot, entry.name, leaf, entry.attributes, entry.kind)
+                self.entries[index] = new_entry(Entry, parts)
                 repeated[index] = seen
         if repeated:
             self.repeated = repeated
