@@ -27,9 +27,7 @@ def test_nested_dict_and_tensordictparams_read_as_the_tensordict_does():
         leaves = _flatten.flatten_eager(container)
         assert leaves.signature == reference.signature
         assert leaves.keys == reference.keys == _flatten.flatten_generic(container).keys
-    assert all(
-        a is b for a, b in zip(_flatten.flatten_eager(nested).values, reference.values)
-    )
+    assert all(a is b for a, b in zip(_flatten.flatten_eager(nested).values, reference.values))
     expected = list(params._param_td.values(True, True))
     assert all(a is b for a, b in zip(_flatten.flatten_eager(params).values, expected))
 
@@ -58,8 +56,7 @@ def test_a_flat_dict_of_tensors_is_signed_by_its_names_and_split_only_for_a_plan
     leaves = _flatten.flatten_eager(params)
     assert leaves.signature == ("1.0.weight", "1.bias")
     assert (
-        leaves.signature
-        != _flatten.flatten_eager({"1": {"0": {"weight": w}, "bias": b}}).signature
+        leaves.signature != _flatten.flatten_eager({"1": {"0": {"weight": w}, "bias": b}}).signature
     )
     assert leaves.values == [w, b]
     assert (
