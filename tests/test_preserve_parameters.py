@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tensordict import TensorDict
 from torch import nn
 
 import fcall
@@ -126,3 +127,56 @@ def test_parameters_and_buffers_mixed_each_get_what_the_slot_makes(unset):
             if unset:
                 assert m[0].bias is values["0.bias"] and type(m[0].bias) is torch.Tensor
         assert_same_state(m, before)
+
+
+# --- the rule itself (slot_values.into), case by case beside tensordict's to_module --------
+# (a parameter slot holding None: tensordict's to_module cannot swap into it; fcall's value
+# goes in as it is, tests/test_errors.py)
+
+_VALUES = {
+    "tensor": lambda: torch.ones(2),
+    "tensor requiring grad": lambda: torch.ones(2, requires_grad=True),
+    "parameter": lambda: nn.Parameter(torch.ones(2)),
+    "parameter without grad": lambda: nn.Parameter(torch.ones(2), requires_grad=False),
+}
+
+
+def _module(slot: str) -> nn.Module:
+    m = nn.Module()
+    m.z = nn.Parameter(torch.zeros(2))  # a second slot: with a value beside, the per-leaf path
+    if slot == "buffer":
+        m.register_buffer("x", torch.zeros(2))
+    else:
+        m.x = nn.Parameter(torch.zeros(2), requires_grad=slot == "parameter")
+    return m
+
+
+def _outcome(module: nn.Module, value: torch.Tensor, to_module, beside: bool) -> str:
+    params = {"x": value, "z": nn.Parameter(torch.ones(2))} if beside else {"x": value}
+    with to_module(TensorDict(params), module):
+        held = module._parameters.get("x", module._buffers.get("x"))
+        if held is value:
+            return "as it is"
+        if "x" in module._buffers:
+            return "buffer"
+        assert type(held) is nn.Parameter and held.data_ptr() == value.data_ptr()
+        return f"new Parameter, requires_grad={held.requires_grad}"
+
+
+@pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside a Parameter"])
+@pytest.mark.parametrize("slot", ["parameter", "parameter without grad", "buffer"])
+@pytest.mark.parametrize("value", list(_VALUES))
+def test_the_rule_decides_as_tensordict_does(slot, value, beside):
+    # fcall's eager paths (the C loops, leaf by leaf) and slot_values.into, against the peer
+    from fcall._core.slot_values import Into, into
+    from fcall._core.types import SlotKind
+
+    peer = _outcome(_module(slot), _VALUES[value](), lambda p, m: p.to_module(m), beside)
+    ours = _outcome(_module(slot), _VALUES[value](), fcall.to_module, beside)
+    assert ours == peer
+    made = _VALUES[value]()
+    old = _module(slot)._parameters.get("x")
+    kind = SlotKind.BUFFER if slot == "buffer" else SlotKind.PARAMETER
+    decision = into(kind, isinstance(made, nn.Parameter), made.requires_grad, False, old)
+    expected = {"as it is": Into.AS_IS, "buffer": Into.AS_BUFFER}.get(peer, Into.NEW_PARAMETER)
+    assert decision is expected

@@ -22,6 +22,7 @@ from .._compat import SKIPPED_TENSOR_GUARDS
 from .._errors import Fault
 from .build import build
 from .registration import dict_groups
+from .slot_values import Into, into, reads_old
 from .tree import unwrap
 from .types import Key, Plan, SlotKind
 
@@ -446,24 +447,26 @@ def with_preserve(
     route: Route, module: nn.Module, facts: list[tuple[bool, bool]]
 ) -> Route | Generic:
     """``route`` with ``PRESERVE`` decided for each entry on its value's ``facts`` (whether
-    a Parameter, whether it requires grad) and the module's slots; the generic path for a
-    Parameter bound for a buffer slot. Not batched: no Route is made under vmap."""
+    a Parameter, whether it requires grad) and the module's slots, by ``slot_values.into``;
+    the generic path for a Parameter bound for a buffer slot. Not batched: no Route is made
+    under vmap. The trace checks what the rule read: the old tensors' ``requires_grad``
+    (``wrap``, ``kept``), a slot holding ``None`` (``empty``)."""
     root, _ = unwrap(module)
     owners = _owners(root, route.owners)
     wrap, wrap_requires_grad, kept, kept_requires_grad, empty = [], [], [], [], []
     for index, ((is_parameter, requires_grad), buffer, owner, name) in enumerate(
         zip(facts, route.buffers, route.owner_of_entry, route.names)
     ):
-        if buffer:
-            if is_parameter:
+        kind = SlotKind.BUFFER if buffer else SlotKind.PARAMETER
+        if not reads_old(kind, is_parameter, requires_grad, False):
+            if into(kind, is_parameter, requires_grad, False, None) is not Into.AS_IS:
                 return Generic.PARAMETER_FOR_BUFFER
-            continue
-        if not is_parameter and requires_grad:
-            continue  # it tracks gradients: in as it is, the old tensor unread
+            continue  # in as it is, the old tensor unread
         old = owners[owner]._parameters[name]
+        decision = into(kind, is_parameter, requires_grad, False, old)
         if old is None:
             empty.append(index)
-        elif is_parameter and requires_grad == old.requires_grad:
+        elif decision is Into.AS_IS:
             kept.append(index)
             kept_requires_grad.append(old.requires_grad)
         else:

@@ -1,18 +1,17 @@
 """What goes into a slot: the value a swap writes for each leaf, per mode.
 
 ``swap`` / ``functional_call`` put every value in as it is (torch.func's rule). ``to_module``
-with ``preserve_module_state=True`` (``PRESERVE``, tensordict's rule) wraps a value bound for a
-parameter slot that tracks no gradient in a Parameter with the slot's ``requires_grad`` (a
-Parameter whose ``requires_grad`` is not the slot's, too), keeps one that tracks gradients as it
-is (a new Parameter would cut them off), and registers a Parameter given for a buffer as a buffer
-(``nn.Buffer``). One rule, in three shapes: ``preserved`` for an eager plan whose entry i takes
-leaf i (with a bulk path in C loops for the common case), ``_registered_per_entry`` for tied
-aliases and for the generic traced path; the traced front (``fcall/_core/traced.py``) applies the
-rule a Route decided on the real values.
+with ``preserve_module_state=True`` (``PRESERVE``) follows tensordict's rule, written once:
+``into``, facts in (the slot's kind, whether the value is a Parameter, whether it requires grad
+or is batched, the old tensor), a decision out (``Into``). It is applied leaf by leaf in eager
+(``_per_leaf``, with a bulk path in C loops for the cases where every decision is the same),
+entry by entry for tied aliases and the generic traced path (``_registered_per_entry``), and at
+trace time on the real values by the traced front (``routes.with_preserve``).
 """
 
 from __future__ import annotations
 
+import enum
 import operator
 from collections.abc import Sequence
 from itertools import repeat
@@ -27,6 +26,44 @@ from .types import Plan, SlotKind, attributes_of
 _Tensor, _Parameter = torch.Tensor, nn.Parameter
 PARAMETER, BUFFER = SlotKind.PARAMETER, SlotKind.BUFFER
 _make_subclass = torch.Tensor._make_subclass
+
+
+class Into(enum.Enum):
+    """What ``PRESERVE`` puts into a slot for a value (``into``)."""
+
+    AS_IS = "the value as it is"
+    NEW_PARAMETER = "a new Parameter of the value, with the old tensor's requires_grad"
+    AS_BUFFER = "the value registered as a buffer (nn.Buffer)"
+
+
+def reads_old(kind: SlotKind, is_parameter: bool, requires_grad: bool, batched: bool) -> bool:
+    """Whether ``into`` reads the old tensor: only for a parameter slot and a value that is a
+    Parameter or tracks no gradient. Traced, reading the old tensor (even ``old is None``)
+    makes it a graph input guarded on every call."""
+    return kind is PARAMETER and (is_parameter or not (requires_grad or batched))
+
+
+def into(kind: SlotKind, is_parameter: bool, requires_grad: bool, batched: bool, old: Any) -> Into:
+    """tensordict's ``PRESERVE`` rule (``_maybe_preserve_module_state``): a Parameter given for
+    a buffer slot is registered as a buffer; a value bound for a parameter slot that tracks
+    gradients (requires grad, or is batched by ``vmap``) goes in as it is (a new Parameter
+    would be a new leaf and cut them off), and so does a value for a slot holding ``None``
+    (no bias) and a Parameter whose ``requires_grad`` is the slot's; any other becomes a new
+    Parameter with the old tensor's ``requires_grad``. ``old`` is read last (``reads_old``).
+
+    >>> into(SlotKind.PARAMETER, False, False, False, torch.nn.Parameter(torch.ones(1)))
+    <Into.NEW_PARAMETER: "a new Parameter of the value, with the old tensor's requires_grad">
+    """
+    if kind is BUFFER:
+        return Into.AS_BUFFER if is_parameter else Into.AS_IS
+    if not reads_old(kind, is_parameter, requires_grad, batched) or old is None:
+        return Into.AS_IS
+    if is_parameter and requires_grad == old.requires_grad:
+        return Into.AS_IS
+    return Into.NEW_PARAMETER
+
+
+AS_IS, NEW_PARAMETER = Into.AS_IS, Into.NEW_PARAMETER
 
 
 _REQUIRES_GRAD = operator.attrgetter("requires_grad")
@@ -46,14 +83,14 @@ _ONLY_TENSORS, _ONLY_PARAMETERS = {_Tensor}, {_Parameter}
 
 
 def preserved(plan: Plan, values: list[Any], old: Sequence[Any]) -> list[Any]:
-    """``PRESERVE`` in eager for a direct plan (entry i takes leaf i): ``values`` with each
-    one bound for a parameter slot as ``_as_parameter_slot`` makes it. The common cases
-    run in C loops over the leaves (``map``) instead of Python per leaf: no buffer gets a
-    Parameter and every value bound for a parameter slot is a plain tensor that tracks
-    gradients (all go in as they are), or a plain tensor that tracks none (each becomes a
-    Parameter with its slot's ``requires_grad``: a target network's values), or a
-    Parameter whose ``requires_grad`` is its slot's (all go in as they are). Anything else
-    is decided leaf by leaf (``_per_leaf``)."""
+    """``PRESERVE`` in eager for a direct plan (entry i takes leaf i): ``values`` with
+    ``into``'s decision applied to each. Where every decision is the same it is made in C
+    loops over the leaves (``map``) instead of Python per leaf: no buffer gets a Parameter
+    and every value bound for a parameter slot is a plain tensor that tracks gradients (all
+    go in as they are), or a plain tensor that tracks none (each becomes a Parameter with its
+    slot's ``requires_grad``: a target network's values), or a Parameter whose
+    ``requires_grad`` is its slot's (all go in as they are). Anything else is decided leaf by
+    leaf (``_per_leaf``)."""
     indexes = plan.parameter_leaves  # None: every entry is a parameter slot
     if indexes is None:
         bound, held = values, old
@@ -85,29 +122,50 @@ def preserved(plan: Plan, values: list[Any], old: Sequence[Any]) -> list[Any]:
 
 
 def _per_leaf(plan: Plan, values: list, old: Sequence[Any]) -> list:
-    """``preserved`` leaf by leaf, for what its C loops do not cover."""
+    """``preserved`` leaf by leaf, for what its C loops do not cover: ``into``'s decision for
+    each leaf, its commonest answers asked inline first (a call per leaf would cost an eager
+    swap of a TensorDictParams with buffers ~10%; tests/test_preserve_parameters.py checks
+    every path's answers against ``into`` and tensordict)."""
     new = values  # copied on the first conversion only
     for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
-        if entry.kind is not PARAMETER or old_value is None or value is None:
-            if entry.kind is not BUFFER or not isinstance(value, _Parameter):
+        if value is None:
+            continue
+        cls = type(value)
+        kind = entry.kind
+        if kind is PARAMETER and old_value is not None:
+            if cls is _Parameter and value.requires_grad == old_value.requires_grad:
+                continue  # AS_IS: a Parameter as the slot's
+            if cls is _Tensor and not (value.requires_grad or _is_batched(value)):
+                value = _make_subclass(_Parameter, value, old_value.requires_grad)
+                if new is values:  # NEW_PARAMETER
+                    new = list(values)
+                new[index] = value
                 continue
-            value = _as_buffer(value, attributes_of(plan, index), entry.name)  # as a buffer
-        elif (cls := type(value)) is _Tensor:
-            if value.requires_grad or _is_batched(value):
-                continue  # it tracks gradients: it goes in as it is
-            # what nn.Parameter(value, requires_grad) runs for a plain tensor, without the
-            # frame of Parameter.__new__; a new Parameter per swap, never a cached one
-            value = _make_subclass(_Parameter, value, old_value.requires_grad)
-        elif cls is _Parameter and value.requires_grad == old_value.requires_grad:
-            continue  # the common case: a Parameter as the slot's stays (tensordict's rule)
+        elif kind is not BUFFER or cls is _Tensor:
+            continue  # AS_IS: an attribute, a slot holding None, a plain tensor for a buffer
+        is_parameter = cls is _Parameter or (cls is not _Tensor and isinstance(value, _Parameter))
+        requires_grad = value.requires_grad
+        batched = not (is_parameter or requires_grad) and _is_batched(value)
+        decision = into(kind, is_parameter, requires_grad, batched, old_value)
+        if decision is AS_IS:
+            continue
+        if decision is NEW_PARAMETER:
+            value = _parameter(value, old_value.requires_grad)
         else:
-            value = _as_parameter_slot(value, old_value)  # may raise
-            if value is new[index]:
-                continue
+            value = _as_buffer(value, attributes_of(plan, index), entry.name)
         if new is values:
             new = list(values)
         new[index] = value
     return new
+
+
+def _parameter(value: torch.Tensor, requires_grad: bool) -> nn.Parameter:
+    """``Into.NEW_PARAMETER`` in eager: a new Parameter per swap, never a cached one; for a plain
+    tensor what ``nn.Parameter(value, requires_grad)`` runs, without the frame of
+    ``Parameter.__new__``."""
+    if type(value) is _Tensor:
+        return _make_subclass(_Parameter, value, requires_grad)
+    return nn.Parameter(value, requires_grad=requires_grad)
 
 
 def registered_values(plan: Plan, values: list[Any], old: Sequence[Any]) -> list[Any]:
@@ -127,45 +185,29 @@ def registered_values(plan: Plan, values: list[Any], old: Sequence[Any]) -> list
 def _registered_per_entry(
     plan: Plan, values: Sequence[Any], old: Sequence[Any], traced: bool
 ) -> list:
-    # Traced, or with tied aliases (one conversion per leaf, so tied names stay one tensor).
-    converted: dict[int, Any] = {}  # per leaf index, so tied names stay one tensor
+    """``into`` entry by entry: traced (the generic path), or with tied aliases (one
+    conversion per leaf, so tied names stay one tensor)."""
+    converted: dict[int, Any] = {}  # per leaf index
     new = []
     for index, entry, old_value in zip(range(len(old)), plan.entries, old):
         value = converted.get(entry.leaf)
         if value is None:
             value = values[entry.leaf]
-            if entry.kind is PARAMETER and value is not None:
-                value = _as_parameter_slot(value, old_value, traced)
-            elif entry.kind is BUFFER and isinstance(value, nn.Parameter):
-                value = _as_buffer(value, attributes_of(plan, index), entry.name)
+            if value is not None:
+                # traced, isinstance: type() of a Parameter made in the graph crashes Dynamo's
+                # guard builder (NameError: SYNTHETIC_LOCAL)
+                is_parameter = isinstance(value, nn.Parameter) if traced else _is_parameter(value)
+                requires_grad = value.requires_grad
+                # batched: asked only where the rule needs it, as into() would
+                batched = not (is_parameter or requires_grad) and _is_batched(value)
+                decision = into(entry.kind, is_parameter, requires_grad, batched, old_value)
+                if decision is NEW_PARAMETER:  # traced, the caller entered TRACEABLE_PARAMETER
+                    value = nn.Parameter(value, requires_grad=old_value.requires_grad)
+                elif decision is not AS_IS:
+                    value = _as_buffer(value, attributes_of(plan, index), entry.name)
             converted[entry.leaf] = value
         new.append(value)
     return new
-
-
-def _as_parameter_slot(
-    value: torch.Tensor, old: torch.Tensor | None, traced: bool = False
-) -> torch.Tensor:
-    if not isinstance(value, nn.Parameter) and tracks_gradients(value):
-        # A new Parameter would be a new leaf and cut the gradients off; keep
-        # the value as it is in the parameter slot, as functional_call does.
-        # Asked before anything of `old`: traced, reading the old tensor (even
-        # `old is None`) makes it a graph input guarded on every call. A Parameter
-        # whose requires_grad is not the slot's is wrapped in one that has the slot's
-        # (tensordict's _maybe_preserve_module_state), in as_parameter.
-        return value
-    return as_parameter(value, old, traced)
-
-
-def as_parameter(value: torch.Tensor, old: torch.Tensor | None, traced: bool) -> torch.Tensor:
-    """``_as_parameter_slot`` for a value that tracks no gradients."""
-    if old is None:  # a parameter slot holding None (no bias): the value goes in as it is
-        return value
-    is_parameter = _isinstance_parameter if traced else _is_parameter
-    if is_parameter(value) and value.requires_grad == old.requires_grad:
-        return value
-    # traced, the caller has entered TRACEABLE_PARAMETER
-    return nn.Parameter(value, requires_grad=old.requires_grad)
 
 
 # Under Dynamo, nn.Parameter(t) on a tensor made in the graph (a value that a
@@ -187,12 +229,6 @@ def _as_buffer(value: nn.Parameter, attributes: dict, name: str) -> torch.Tensor
     # plain tensor sharing p's storage, a new leaf with p's requires_grad
     persistent = name not in attributes["_non_persistent_buffers_set"]
     return nn.Buffer(value, persistent=persistent)
-
-
-def _isinstance_parameter(value: Any) -> bool:
-    # Under Dynamo, type() on a Parameter made in the graph crashes the guard
-    # builder (NameError: SYNTHETIC_LOCAL); isinstance is safe.
-    return isinstance(value, nn.Parameter)
 
 
 def _is_parameter(value: Any) -> bool:

@@ -122,8 +122,8 @@ def resolve(
 
 
 def _parameters_made(route: Route, values: Sequence[Any]) -> tuple:
-    """``to_module``'s ``PRESERVE`` rule (``fcall/_core/slot_values.py``), as the Route decided
-    it on the real values (``Preserve``): each value bound to become a Parameter is made
+    """``to_module``'s ``PRESERVE`` decisions (``slot_values.into``), as the Route made them
+    on the real values (``Preserve``), applied: each value bound to become a Parameter is made
     one, with its old tensor's ``requires_grad``, in one ``map`` that reads each value
     just before making its Parameter, and before the module's dicts are read. Dynamo's
     ``nn.Parameter(graph_input)`` rebuilds the whole guard set
