@@ -288,3 +288,18 @@ def test_an_error_of_the_forward_with_attribute_keys_chains_to_nothing():
         fcall.functional_call(m, params, (torch.ones(3),))
     assert raised.value.__context__ is None
     assert_same_state(m, before)
+
+
+def test_a_container_changed_in_the_block_fails_the_write_back_with_fcalls_error():
+    # The write-back walks the params again (a buffer reassigned in the block goes back into
+    # them); a non-tensor put into them meanwhile is worded as fcall's, never a bare Fault.
+    m = nn.Module()
+    m.register_buffer("count", torch.zeros(1))
+    params = TensorDict({"count": torch.ones(1)})
+    before = state(m)
+    with pytest.raises(TypeError, match=r"^fcall: the value at 'junk' is a ") as raised:
+        with fcall.swap(params, m):
+            m.count = m.count + 1  # reassigned: written back on exit
+            params["junk"] = "not a tensor"
+    assert type(raised.value) is TypeError
+    assert_same_state(m, before)

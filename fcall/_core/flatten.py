@@ -57,13 +57,23 @@ class Leaves:
     @property
     def keys(self) -> list[Key]:
         if self._keys is None:
-            self._keys = _walk(self.params, Leaves(self.params), None).keys
+            self._keys = self._walked_again(None).keys
         return self._keys
 
     def holders(self) -> list[Holder]:
         found: list[Holder] = []
-        _walk(self.params, Leaves(self.params), found)
+        self._walked_again(found)
         return found
+
+    def _walked_again(self, holders: list[Holder] | None) -> Leaves:
+        """The container walked again, once a front's checks passed: it fails only if the
+        container changed since (a non-tensor put into it), maybe where no front words the
+        fault (a restore's write-back): it is worded here, as fcall's."""
+        try:
+            return _walk(self.params, Leaves(self.params), holders)
+        except Fault as fault:
+            error = fault.worded("fcall")
+        raise error
 
 
 def flatten(params: Any) -> Leaves:
