@@ -138,7 +138,13 @@ _VALUES = {
     "tensor requiring grad": lambda: torch.ones(2, requires_grad=True),
     "parameter": lambda: nn.Parameter(torch.ones(2)),
     "parameter without grad": lambda: nn.Parameter(torch.ones(2), requires_grad=False),
+    "tensor tagged _is_param": lambda: _tagged(torch.ones(2)),
 }
+
+
+def _tagged(tensor: torch.Tensor) -> torch.Tensor:
+    tensor._is_param = True  # isinstance(tensor, nn.Parameter) holds (Parameter's metaclass)
+    return tensor
 
 
 def _module(slot: str) -> nn.Module:
@@ -166,8 +172,15 @@ def _outcome(module: nn.Module, value: torch.Tensor, to_module, beside: bool) ->
 @pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside a Parameter"])
 @pytest.mark.parametrize("slot", ["parameter", "parameter without grad", "buffer"])
 @pytest.mark.parametrize("value", list(_VALUES))
-def test_the_rule_decides_as_tensordict_does(slot, value, beside):
+def test_the_rule_decides_as_tensordict_does(slot, value, beside, request):
     # fcall's eager paths (the C loops, leaf by leaf) and slot_values.into, against the peer
+    if value == "tensor tagged _is_param" and slot == "parameter without grad":
+        reason = (
+            "eager fcall takes an exact torch.Tensor bound for a parameter slot as plain "
+            "without reading `_is_param` (a read per leaf on the common path); tensordict's "
+            "isinstance takes it as a Parameter (docs/conformance.md)"
+        )
+        request.applymarker(pytest.mark.xfail(strict=True, reason=reason))
     from fcall._core.slot_values import Into, into
     from fcall._core.types import SlotKind
 

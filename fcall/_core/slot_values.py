@@ -141,9 +141,16 @@ def _per_leaf(plan: Plan, values: list, old: Sequence[Any]) -> list:
                     new = list(values)
                 new[index] = value
                 continue
-        elif kind is not BUFFER or cls is _Tensor:
-            continue  # AS_IS: an attribute, a slot holding None, a plain tensor for a buffer
-        is_parameter = cls is _Parameter or (cls is not _Tensor and isinstance(value, _Parameter))
+        elif kind is not BUFFER:
+            continue  # AS_IS: an attribute, a parameter slot holding None
+        if kind is BUFFER:  # tensordict's isinstance: a tensor tagged `_is_param` is one
+            is_parameter = isinstance(value, _Parameter)
+            if not is_parameter:
+                continue  # AS_IS: a plain tensor for a buffer
+        else:
+            is_parameter = cls is _Parameter or (
+                cls is not _Tensor and isinstance(value, _Parameter)
+            )
         requires_grad = value.requires_grad
         batched = not (is_parameter or requires_grad) and _is_batched(value)
         decision = into(kind, is_parameter, requires_grad, batched, old_value)
@@ -196,7 +203,8 @@ def _registered_per_entry(
             if value is not None:
                 # traced, isinstance: type() of a Parameter made in the graph crashes Dynamo's
                 # guard builder (NameError: SYNTHETIC_LOCAL)
-                is_parameter = isinstance(value, nn.Parameter) if traced else _is_parameter(value)
+                fast = not traced and entry.kind is not BUFFER  # a buffer: see _per_leaf
+                is_parameter = _is_parameter(value) if fast else isinstance(value, nn.Parameter)
                 requires_grad = value.requires_grad
                 # batched: asked only where the rule needs it, as into() would
                 batched = not (is_parameter or requires_grad) and _is_batched(value)
