@@ -11,7 +11,7 @@ tensors, so wrapping it again registers each entry as before.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Self, cast
 
 import torch
 from tensordict import TensorDictBase
@@ -24,8 +24,6 @@ from .rules import SKIP, convert_leaf
 # derives from it); at runtime it derives from object.
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictParams as _MixinBase
-
-    from .params import TensorDictParams
 else:
     _MixinBase = object
 
@@ -52,14 +50,14 @@ def _wrap_like(tensor: torch.Tensor, orig: torch.Tensor) -> torch.Tensor:
 class Copies(_MixinBase):
     """Mixin of fcall.TensorDictParams: its copies and conversions."""
 
-    def _new_like(self, param_td: TensorDictBase) -> TensorDictParams:
+    def _new_like(self, param_td: TensorDictBase) -> Self:
         # The leaves are registered already ("skip"); copies are not locked (tensordict).
         out = type(self)(param_td, no_convert=SKIP)
         object.__setattr__(out, "no_convert", self.no_convert)
         out._get_post_hook.extend(self._get_post_hook)
         return out
 
-    def _copy_leaves(self, param: Callable, buffer: Callable) -> TensorDictParams:
+    def _copy_leaves(self, param: Callable, buffer: Callable) -> Self:
         """Each Parameter through ``param``, each buffer through ``buffer``, tied ones once."""
         memo: dict[int, torch.Tensor] = {}
 
@@ -74,7 +72,7 @@ class Copies(_MixinBase):
 
         return self._new_like(self._param_td.apply(copy_leaf))
 
-    def _clone(self, recurse: bool = True) -> TensorDictParams:
+    def _clone(self, recurse: bool = True) -> Self:
         if not recurse:
             return self._new_like(self._param_td.copy())
         return self._copy_leaves(
@@ -82,7 +80,7 @@ class Copies(_MixinBase):
             lambda t: Buffer(t.data.clone()),
         )
 
-    def detach_registered(self) -> TensorDictParams:
+    def detach_registered(self) -> Self:
         """A TensorDictParams of detached leaves (shared storage), registered as here.
 
         fcall's own method. Parameters stay Parameters (``requires_grad=False``), buffers
@@ -114,30 +112,30 @@ class Copies(_MixinBase):
         """
         return self._param_td._fast_apply(_marked_data, propagate_lock=True)
 
-    def __deepcopy__(self, memo: dict) -> TensorDictParams:  # type: ignore[override]
+    def __deepcopy__(self, memo: dict) -> Self:  # type: ignore[override]
         return self._clone(recurse=True)
 
-    def __copy__(self) -> TensorDictParams:
+    def __copy__(self) -> Self:
         return self._clone(recurse=False)
 
     # to(), cpu() and cuda() as tensordict 0.15 has them, on every tensordict (0.14's
     # return a tensordict.nn.TensorDictParams that registers every leaf anew by dtype).
-    def to(self, *args: Any, **kwargs: Any) -> TensorDictParams:
+    def to(self, *args: Any, **kwargs: Any) -> Self:
         return self._moved(self._param_td.to(*args, **kwargs))
 
-    def cpu(self, **kwargs: Any) -> TensorDictParams:
+    def cpu(self, **kwargs: Any) -> Self:
         return self._moved(self._param_td.cpu(**kwargs))
 
-    def cuda(self, device: Any = None, **kwargs: Any) -> TensorDictParams:
+    def cuda(self, device: Any = None, **kwargs: Any) -> Self:
         return self._moved(self._param_td.cuda(device=device, **kwargs))
 
-    def _moved(self, params: TensorDictBase) -> TensorDictParams:
+    def _moved(self, params: TensorDictBase) -> Self:
         if params is self._param_td:
             return self
         # Not None: apply() returns None only when fn returns None for every leaf.
         return self._new_like(cast(TensorDictBase, params.apply(_wrap_like, self._param_td)))
 
-    def _apply(self, fn: Callable, recurse: bool = True) -> TensorDictParams:
+    def _apply(self, fn: Callable, recurse: bool = True) -> Self:
         out = super()._apply(fn, recurse=recurse)
         if self._views is not None:
             self._views.clear()

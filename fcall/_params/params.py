@@ -9,7 +9,11 @@ Design (see docs/tensordictparams.md for the long form):
 * Split along its ideas: the registration rules, tensordict's (``rules.py``); how it is
   built, traced in the graph under Dynamo or in one untraced call (``build.py``); the
   wrapped tree, its registration, writes and nested views (``tree.py``); locking
-  (``lock.py``); copies that keep each entry's registration (``copies.py``).
+  (``lock.py``); copies that keep each entry's registration (``copies.py``). Each mixin is
+  typed against tensordict's class and returns ``Self``: none imports this module, not even
+  for its types. Their state is set in one place, ``ParamsTree._init_state``; ``lock.py``
+  reads the lock flags and a view's root there, ``copies.py`` the conversion mode, the hooks
+  and the views.
   This module holds the class: construction and the public read and write methods.
 """
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -37,10 +37,6 @@ from .rules import (
 # derives from it); at runtime it derives from object.
 if TYPE_CHECKING:
     from tensordict.nn import TensorDictParams as _MixinBase
-
-    from .params import TensorDictParams
-
-    _Views = dict[tuple[str, ...], TensorDictParams]
 else:
     _MixinBase = object
 
@@ -73,9 +69,9 @@ class ParamsTree(_MixinBase):
         _param_td: TensorDictBase
         no_convert: bool | str
         _lock_content: bool
-        _root_ref: weakref.ref[TensorDictParams] | None
+        _root_ref: weakref.ref[Self] | None
         _prefix: tuple[str, ...]
-        _views: _Views | None
+        _views: dict[tuple[str, ...], Self] | None
         _get_post_hook: list[Callable[[Any, Any], Any]]
 
     def _build_views(self) -> None:
@@ -88,7 +84,7 @@ class ParamsTree(_MixinBase):
         self,
         param_td: TensorDictBase,
         no_convert: bool | str,
-        root: TensorDictParams | None,
+        root: Self | None,
         prefix: tuple[str, ...],
     ) -> None:
         # object.__setattr__: a Module value (the root) must not become a submodule.
@@ -106,7 +102,7 @@ class ParamsTree(_MixinBase):
         set_(self, "_get_post_hook", [] if root is None else root._get_post_hook)
 
     # ------------------------------------------------------------------ registration
-    def _anchor(self) -> tuple[TensorDictParams, tuple[str, ...]]:
+    def _anchor(self) -> tuple[Self, tuple[str, ...]]:
         """The root and this object's key in it; a view whose root is gone becomes a root."""
         ref = self._root_ref
         if ref is None:
@@ -121,7 +117,7 @@ class ParamsTree(_MixinBase):
         return root, self._prefix
 
     @property
-    def _root(self) -> TensorDictParams:
+    def _root(self) -> Self:
         return self._anchor()[0]
 
     def _register_leaf(self, name: str, value: Any) -> None:
@@ -149,9 +145,7 @@ class ParamsTree(_MixinBase):
             for sub, leaf in tensor_leaves(value):
                 self._register_leaf(".".join(key + sub), leaf)
 
-    def _owners(
-        self, root: TensorDictParams, full: tuple[str, ...]
-    ) -> Iterator[tuple[TensorDictParams, tuple[str, ...]]]:
+    def _owners(self, root: Self, full: tuple[str, ...]) -> Iterator[tuple[Self, tuple[str, ...]]]:
         """The root and every cached view above ``full``, with the key relative to each."""
         yield root, full
         assert root._views is not None  # a root's (not typing.cast: see _subview)
@@ -160,7 +154,7 @@ class ParamsTree(_MixinBase):
                 yield view, full[len(prefix) :]
 
     @staticmethod
-    def _parent_of(root: TensorDictParams, full: tuple[str, ...], create: bool) -> TensorDictBase:
+    def _parent_of(root: ParamsTree, full: tuple[str, ...], create: bool) -> TensorDictBase:
         parent = root._param_td
         for i, part in enumerate(full[:-1]):
             sub = parent._get_str(part, None)
@@ -178,7 +172,7 @@ class ParamsTree(_MixinBase):
             parent = sub
         return parent
 
-    def _converted(self, root: TensorDictParams, parent: TensorDictBase, full: tuple, value: Any):
+    def _converted(self, root: Self, parent: TensorDictBase, full: tuple, value: Any):
         """``value`` as it is stored at ``full`` (tensordict's rules, see rules.py)."""
         if isinstance(value, dict):
             value = TensorDict(value, batch_size=parent.batch_size, device=parent.device)
@@ -243,7 +237,7 @@ class ParamsTree(_MixinBase):
                 val = new_val
         return val
 
-    def _subview(self, key: tuple[str, ...], sub: TensorDictBase) -> TensorDictParams:
+    def _subview(self, key: tuple[str, ...], sub: TensorDictBase) -> Self:
         # Not `_view`: that is tensordict's `_view(*shape)`, which `view()` calls.
         root, prefix = self._anchor()
         full = prefix + key
