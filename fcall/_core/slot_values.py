@@ -133,34 +133,24 @@ def _per_leaf(plan: Plan, values: list, old: Sequence[Any]) -> list:
         cls = type(value)
         kind = entry.kind
         if kind is PARAMETER and old_value is not None:
-            if cls is _Parameter and value.requires_grad == old_value.requires_grad:
-                continue  # AS_IS: a Parameter as the slot's
             if cls is _Tensor and not (value.requires_grad or _is_batched(value)):
-                value = _make_subclass(_Parameter, value, old_value.requires_grad)
-                if new is values:  # NEW_PARAMETER
-                    new = list(values)
-                new[index] = value
-                continue
-        elif kind is not BUFFER:
-            continue  # AS_IS: an attribute, a parameter slot holding None
-        if kind is BUFFER:  # tensordict's isinstance: a tensor tagged `_is_param` is one
-            is_parameter = isinstance(value, _Parameter)
-            if not is_parameter:
-                continue  # AS_IS: a plain tensor for a buffer
+                value = _make_subclass(_Parameter, value, old_value.requires_grad)  # NEW_PARAMETER
+            elif cls is _Parameter and value.requires_grad == old_value.requires_grad:
+                continue  # AS_IS: a Parameter as the slot's
+            else:  # the rest of the rule; an exact Tensor is plain here (docs/conformance.md)
+                is_parameter = cls is _Parameter or (
+                    cls is not _Tensor and isinstance(value, _Parameter)
+                )
+                requires_grad = value.requires_grad
+                batched = not (is_parameter or requires_grad) and _is_batched(value)
+                if into(kind, is_parameter, requires_grad, batched, old_value) is AS_IS:
+                    continue
+                value = _parameter(value, old_value.requires_grad)  # NEW_PARAMETER
+        elif kind is BUFFER and isinstance(value, _Parameter):  # tensordict's isinstance
+            value = _as_buffer(value, attributes_of(plan, index), entry.name)  # AS_BUFFER
         else:
-            is_parameter = cls is _Parameter or (
-                cls is not _Tensor and isinstance(value, _Parameter)
-            )
-        requires_grad = value.requires_grad
-        batched = not (is_parameter or requires_grad) and _is_batched(value)
-        decision = into(kind, is_parameter, requires_grad, batched, old_value)
-        if decision is AS_IS:
-            continue
-        if decision is NEW_PARAMETER:
-            value = _parameter(value, old_value.requires_grad)
-        else:
-            value = _as_buffer(value, attributes_of(plan, index), entry.name)
-        if new is values:
+            continue  # AS_IS: an attribute, a slot holding None, a plain tensor for a buffer
+        if new is values:  # copied on the first conversion only
             new = list(values)
         new[index] = value
     return new
