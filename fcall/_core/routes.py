@@ -11,6 +11,7 @@ which the trace does not read: ``Generic``, the reason the swap takes the generi
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import torch
@@ -182,71 +183,60 @@ def route_of_tensordict(
         entries = params._param_td._tensordict
     else:
         return Generic.CONTAINER
-    keys: list[Key] = []
-    nodes: list[Node] = []  # root first
-    node_keys: list[tuple[str, ...]] = []
-    leaf_nodes: list[int] = []
-    leaf_names: list[str] = []
-    declined = _walk(entries, (), 0, 0, keys, nodes, node_keys, leaf_nodes, leaf_names)
+    tree = _TensorDictTree()
+    declined = _walk(entries, (), 0, 0, tree)
     if declined is not None:
         return declined
-    levels, order = _levels(nodes)
-    route = _route(module, keys, tie_weights)
+    levels, order = _levels(tree.nodes)
+    route = _route(module, tree.keys, tie_weights)
     if isinstance(route, Generic):
         return route
     if preserve:
-        facts = [(isinstance(v, nn.Parameter), v.requires_grad) for v in _leaf_values(entries)]
+        facts = [(isinstance(v, nn.Parameter), v.requires_grad) for v in tree.values]
         route = with_preserve(route, module, facts)
         if isinstance(route, Generic):
             return route
     return route._replace(
         nodes=levels,
-        node_keys=tuple(node_keys[i] for i in order),
-        leaf_nodes=tuple(order.index(node) for node in leaf_nodes),
-        leaf_names=tuple(leaf_names),
+        node_keys=tuple(tree.node_keys[i] for i in order),
+        leaf_nodes=tuple(order.index(node) for node in tree.leaf_nodes),
+        leaf_names=tuple(tree.leaf_names),
     )
 
 
+@dataclass(slots=True)
+class _TensorDictTree:
+    """What ``_walk`` finds in exact TensorDicts: per leaf its key, node, name and value;
+    per node (the root first) its place in the tree and its keys."""
+
+    keys: list[Key] = field(default_factory=list)
+    leaf_nodes: list[int] = field(default_factory=list)
+    leaf_names: list[str] = field(default_factory=list)
+    values: list[Any] = field(default_factory=list)
+    nodes: list[Node] = field(default_factory=lambda: [_ROOT])
+    node_keys: list[tuple[str, ...]] = field(default_factory=lambda: [()])
+
+
 def _walk(
-    entries: dict,
-    prefix: Key,
-    node: int,
-    depth: int,
-    keys: list[Key],
-    nodes: list[Node],
-    node_keys: list[tuple[str, ...]],
-    leaf_nodes: list[int],
-    leaf_names: list[str],
+    entries: dict, prefix: Key, node: int, depth: int, tree: _TensorDictTree
 ) -> Generic | None:
     """The leaves of exact TensorDicts of plain tensors and Parameters, in
-    ``flatten_eager``'s order; why not, on anything else."""
-    if node == 0:
-        nodes.append(_ROOT)
-        node_keys.append(())
-    node_keys[node] = tuple(entries)
+    ``flatten_eager``'s order, into ``tree``; why not, on anything else."""
+    tree.node_keys[node] = tuple(entries)
     for name, value in entries.items():
         if not isinstance(name, str) or "." in name or not name:
             return Generic.KEY_FORM
         cls = type(value)
         if cls is torch.Tensor or cls is nn.Parameter:
-            keys.append((*prefix, name))
-            leaf_nodes.append(node)
-            leaf_names.append(name)
+            tree.keys.append((*prefix, name))
+            tree.leaf_nodes.append(node)
+            tree.leaf_names.append(name)
+            tree.values.append(value)
         elif cls is TensorDict:
-            child = len(nodes)
-            nodes.append(Node(node, name, depth + 1))
-            node_keys.append(())
-            declined = _walk(
-                value._tensordict,
-                (*prefix, name),
-                child,
-                depth + 1,
-                keys,
-                nodes,
-                node_keys,
-                leaf_nodes,
-                leaf_names,
-            )
+            child = len(tree.nodes)
+            tree.nodes.append(Node(node, name, depth + 1))
+            tree.node_keys.append(())
+            declined = _walk(value._tensordict, (*prefix, name), child, depth + 1, tree)
             if declined is not None:
                 return declined
         else:
@@ -430,17 +420,6 @@ def _has_fsdp(root: nn.Module) -> bool:
     from .distributed import FSDPModule
 
     return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
-
-
-def _leaf_values(entries: dict) -> list[Any]:
-    """The leaves of exact TensorDicts (``_walk`` accepted them), in its order."""
-    found: list[Any] = []
-    for value in entries.values():
-        if type(value) is TensorDict:
-            found.extend(_leaf_values(value._tensordict))
-        else:
-            found.append(value)
-    return found
 
 
 def with_preserve(
