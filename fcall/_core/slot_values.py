@@ -238,4 +238,6 @@ def _is_parameter(value: Any) -> bool:
 
 
 def tracks_gradients(value: torch.Tensor) -> bool:
-    return value.requires_grad or torch._C._functorch.is_batchedtensor(value)
+    """Whether ``value`` requires grad or is batched by ``vmap`` (what a copy into another
+    tensor would cut off: the distributed checks)."""
+    return value.requires_grad or _is_batched(value)
