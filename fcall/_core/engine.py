@@ -184,11 +184,7 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
     ``d[k] = v``; ``plan.has_attributes`` tested first, so that no global, a guard, is read in
     a trace where no slot is an attribute's)."""
     plan, targets = swap.plan, swap.targets
-    if (
-        targets is None
-        and not to_end
-        and not (plan.has_attributes and plan.traced and not MODULE_DICT_TRACED)
-    ):
+    if targets is None and not to_end and not plan.by_entry:
         write = dict.__setitem__ if plan.traced else setitem
         tuple(map(write, plan.slots, plan.slot_names, values))
         return
@@ -222,11 +218,7 @@ def restore(swap: Swap) -> Sequence[Any]:
     # again), what each slot held, and whether any held another value than the swap put
     # there. `get`: a deleted slot is GONE (traced, a missing key in `d[name]` is a graph
     # break, not a KeyError). Inline, not a helper: a call less on every restore.
-    if (
-        swap.targets is None
-        and not plan.repeated
-        and not (plan.has_attributes and plan.traced and not MODULE_DICT_TRACED)
-    ):
+    if swap.targets is None and not plan.repeated and not plan.by_entry:
         # builtin calls: C loops in eager, and traced calls that Dynamo runs without stepping
         # (fcall/README.md); the writes as in _write
         write = dict.__setitem__ if plan.traced else setitem

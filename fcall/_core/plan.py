@@ -31,7 +31,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from .._compat import MODULE_DICT_TRACED
 from . import traced
 from .build import build
 from .flatten import Leaves, flatten_eager, flatten_generic
@@ -250,7 +249,7 @@ def _still_tied(group: list[SlotRef]) -> bool:
 def read_slots(plan: Plan) -> tuple[Any, ...]:
     """What each slot of ``plan`` holds; ``StalePlan`` if a name has left its dict."""
     try:
-        if plan.has_attributes and plan.traced and not MODULE_DICT_TRACED:  # as engine._write
+        if plan.by_entry:  # Dynamo 2.11: a module's __dict__ a key at a time (Plan.by_entry)
             return tuple([slot[name] for slot, name in zip(plan.slots, plan.slot_names)])
         return tuple(map(dict.__getitem__, plan.slots, plan.slot_names))
     except KeyError:

@@ -20,6 +20,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from .._compat import MODULE_DICT_TRACED
+
 Key = tuple[str, ...]
 """A params key as the names of its path: ``("0", "weight")``."""
 
@@ -92,6 +94,7 @@ class Plan:
     __slots__ = (
         "_entries",
         "buffer_leaves",
+        "by_entry",
         "dict_groups",
         "direct",
         "distributed",
@@ -122,6 +125,10 @@ class Plan:
         self.rnns: list[weakref.ref[nn.RNNBase]] = []  # RNN owners: _flat_weights reset
         self.names_are_keys = False  # a Route's: no prefix was stripped, names are keys
         self.traced = False  # built while Dynamo traces: nothing after resolve asks again
+        # traced, with an attribute's slot, where Dynamo traces a module's __dict__ a key at a
+        # time (_compat.MODULE_DICT_TRACED): the writes, the restore and read_slots go one
+        # entry at a time (set by finish(); a Route's plan has no attribute's slot)
+        self.by_entry = False
         # --- derived once by finish(), for the hot loops ---
         self.slots: Sequence[dict] = ()  # the slot of each entry: where each value goes
         self.slot_names: Sequence[str] = ()  # the name of each entry in its slot
@@ -168,6 +175,7 @@ class Plan:
         assert self.reads is not None  # finish() is the builder's
         if cached or self.reads.may_repeat_slots:  # traced, id(slot) guards on the dict's id
             self._find_repeated()
+        self.by_entry = self.traced and self.has_attributes and not MODULE_DICT_TRACED
         if not cached:
             return self
         # eager only: slot_values' bulk conversion
