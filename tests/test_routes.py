@@ -92,37 +92,36 @@ def test_a_route_reaches_the_generic_plans_slots(case, tie_weights):
     assert not isinstance(routed, Generic), f"the Route declined: {routed}"
     route, slots, values = routed
     plan, leaves = _generic(params, module, tie_weights)
-    assert slots == [(id(entry.slot), entry.name) for entry in plan.entries]
-    assert [id(v) for v in values] == [id(leaves.values[e.leaf]) for e in plan.entries]
+    assert slots == [(id(slot), name) for slot, name in zip(plan.slots, plan.slot_names)]
+    assert [id(v) for v in values] == [id(leaves.values[leaf]) for leaf in plan.leaves]
     assert list(route.dotted) == [".".join(key) for key in leaves.keys]
 
 
+def _columns(plan, values):
+    """A plan's entries as rows: the slot, the name, the value, the kind, the owner's dict."""
+    return [
+        (id(slot), name, id(values[leaf]), kind, id(attributes_of(plan, index)))
+        for index, (slot, name, leaf, kind) in enumerate(
+            zip(plan.slots, plan.slot_names, plan.leaves, plan.kinds)
+        )
+    ]
+
+
 @pytest.mark.parametrize("case", _cases(), ids=lambda case: case[0])
-@pytest.mark.parametrize("attributes", [True, False])
-def test_a_routes_plan_makes_the_generic_plans_entries_when_first_read(case, attributes):
-    """A Route's plan makes its Entry rows only when something reads ``plan.entries`` (the
-    traced hot path reads ``slots`` and ``slot_names``); then they are the generic plan's."""
+def test_a_routes_plan_is_the_generic_plan_bound_by_descent(case):
+    """The plan a Route binds in the trace (``traced._plan``) has the generic plan's columns:
+    each entry's slot, name, value, kind and owner's ``__dict__`` (read from the owner
+    modules, where the generic plan keeps the dicts)."""
     _, params, module = case
     route, _, values = _routed(params, module, tie_weights=False)
     owners = descend([unwrap(module)[0]], route.owners, modules_of)
     dicts = [owner._parameters for owner in owners]
     dicts += [owners[i]._buffers for i in route.buffer_owners]
-    plan = _traced._plan(route, pick(dicts, route.slots), owners, attributes, None)
-    assert plan._entries is None, "made before anything read them"
+    plan = _traced._plan(route, pick(dicts, route.slots), owners, None)
+    assert plan.owners_are_modules
     generic, leaves = _generic(params, module, tie_weights=False)
-    made = plan.entries
-    assert plan.entries is made, "made twice"
-
-    def rows(entries, values):
-        return [(id(e.slot), e.name, id(values[e.leaf]), e.kind) for e in entries]
-
-    assert rows(made, values) == rows(generic.entries, leaves.values)
-    if attributes:
-        assert [id(e.attributes) for e in made] == [id(e.attributes) for e in generic.entries]
-    else:
-        assert all(e.attributes is None for e in made)
-    owners_dicts = [id(attributes_of(plan, i)) for i in range(len(made))]
-    assert owners_dicts == [id(e.attributes) for e in generic.entries]
+    assert not generic.owners_are_modules
+    assert _columns(plan, values) == _columns(generic, leaves.values)
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from .. import _errors
 from .._errors import Fault, UnknownKey
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
 from .tree import slot_of, strip, unwrap_for_keys
-from .types import Entry, Key, Link, Plan, SlotKind, SlotRef, TreeReads, new_entry
+from .types import Key, Link, Plan, SlotKind, SlotRef, TreeReads
 
 PARAMETER = SlotKind.PARAMETER
 
@@ -47,7 +47,7 @@ def build(
     nodes = {"": _Node(root, plan)}
     for index in range(len(keys)):
         _add_key(plan, reads, nodes, root, strip(root, keys[index], prefixes), index)
-    plan.given = len(plan.entries)
+    plan.given = len(plan.slots)
     if len(set(plan.names)) != plan.given:
         twice = sorted({name for name in plan.names if plan.names.count(name) > 1})
         raise Fault(KeyError, _errors.given_twice, twice)
@@ -122,14 +122,15 @@ def _add_tied_aliases(
         if not given:
             continue
         if len(given) > 1:
-            plan.tie_sources.append([plan.entries[i].leaf for i in given])
-        source = plan.entries[given[0]].leaf
+            plan.tie_sources.append([plan.leaves[i] for i in given])
+        source = plan.leaves[given[0]]
         for name in group:
             if name not in index_of_name:
-                index_of_name[name] = len(plan.entries)
+                index_of_name[name] = len(plan.slots)
                 _add_key(plan, reads, nodes, root, tuple(name.split(".")), source)
-        tied_entries = [plan.entries[index_of_name[name]] for name in group]
-        reads.tie_groups.append([SlotRef(entry.slot, entry.name) for entry in tied_entries])
+        group_entries = [index_of_name[name] for name in group]
+        refs = [SlotRef(plan.slots[i], plan.slot_names[i]) for i in group_entries]
+        reads.tie_groups.append(refs)
 
 
 def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan, reads: TreeReads) -> _Node | None:
@@ -155,13 +156,23 @@ class _Node:
     each dict read is two guards (its type and its keys) on every call, and most modules'
     keys are all parameters."""
 
-    __slots__ = ("attributes", "buffer_names", "buffers", "owner", "parameter_names", "parameters")
+    __slots__ = (
+        "attributes",
+        "buffer_names",
+        "buffers",
+        "index",
+        "owner",
+        "parameter_names",
+        "parameters",
+    )
 
     def __init__(self, owner: nn.Module, plan: Plan) -> None:
         if isinstance(owner, nn.RNNBase):
             plan.rnns.append(weakref.ref(owner))
         self.owner = owner
         self.attributes = owner.__dict__
+        self.index = len(plan.owners)  # its place in plan.owners
+        plan.owners.append(self.attributes)
         self.parameters = owner._parameters
         self.buffers = owner._buffers
         self.parameter_names = tuple(self.parameters)
@@ -171,8 +182,7 @@ class _Node:
 def _add_leaf(node: _Node, name: str, index: int, plan: Plan) -> bool:
     """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``."""
     if name in node.parameter_names:
-        entry = (node.parameters, name, index, node.attributes, PARAMETER)
-        plan.entries.append(new_entry(Entry, entry))
+        plan.add(node.parameters, name, index, PARAMETER, node.index)
         return True
     return _add_other(node, name, index, plan)
 
@@ -184,18 +194,17 @@ def _add_other(node: _Node, name: str, index: int, plan: Plan) -> bool:
     if node.buffer_names is None:
         node.buffer_names = tuple(node.buffers)
     if name in node.buffer_names:
-        entry = (node.buffers, name, index, node.attributes, SlotKind.BUFFER)
-        plan.entries.append(new_entry(Entry, entry))
+        plan.add(node.buffers, name, index, SlotKind.BUFFER, node.index)
         return True
-    return _add_attribute(node.owner, name, index, plan)
+    return _add_attribute(node, name, index, plan)
 
 
-def _add_attribute(owner: nn.Module, name: str, index: int, plan: Plan) -> bool:
+def _add_attribute(node: _Node, name: str, index: int, plan: Plan) -> bool:
     """A name in neither dict: a plain tensor attribute's entry, or ``False``."""
-    found = slot_of(owner, name)
+    found = slot_of(node.owner, name)
     if found is None:
         return False
     slot, kind = found
     plan.has_attributes = True
-    plan.entries.append(new_entry(Entry, (slot, name, index, owner.__dict__, kind)))
+    plan.add(slot, name, index, kind, node.index)
     return True

@@ -138,8 +138,8 @@ def _prepare_sharded(
     root_name = type(root).__name__
     new, old = [], []
     with torch.no_grad():
-        for entry, key, target in zip(plan.entries, plan.names, held):
-            value = leaves.values[entry.leaf]
+        for leaf, key, target in zip(plan.leaves, plan.names, held):
+            value = leaves.values[leaf]
             if not isinstance(value, torch.Tensor):
                 raise Fault(TypeError, _errors.not_a_tensor, key, value)
             if target is None:
@@ -182,7 +182,7 @@ def _wrong_shape(key: str, value: torch.Tensor, target: torch.Tensor) -> Fault:
 
 
 def _refuse_grad_through_ddp(plan: Plan, leaves: Any) -> None:
-    for entry, key in zip(plan.entries[: plan.given], plan.names):
-        value = leaves.values[entry.leaf]
+    for leaf, key in zip(plan.leaves[: plan.given], plan.names):
+        value = leaves.values[leaf]
         if isinstance(value, torch.Tensor) and tracks_gradients(value):
             raise Fault(RuntimeError, _errors.grad_through_ddp, key)

@@ -38,7 +38,6 @@ from .types import (
     GONE,
     DictOrder,
     Distributed,
-    Entry,
     Mode,
     Plan,
     SlotKind,
@@ -86,7 +85,7 @@ def prepare(module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, non_block
     values = leaves.values
     if mode is INPLACE:
         swap.old = check_inplace(plan, values)
-        swap.new = [values[entry.leaf] for entry in plan.entries[: plan.given]]
+        swap.new = [values[leaf] for leaf in plan.leaves[: plan.given]]
         return swap
     # Traced, `slot[name]` is Dynamo's unread (lazy) entry of the module's dict: the old
     # tensor is neither a graph input nor guarded, and restore writes that same entry back,
@@ -101,7 +100,7 @@ def prepare(module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, non_block
     elif plan.direct:
         swap.new = values
     else:
-        swap.new = [values[entry.leaf] for entry in plan.entries]
+        swap.new = [values[leaf] for leaf in plan.leaves]
     if mode is REPLACE or plan.has_attributes:
         swap.targets = _targets(plan, swap.new, mode)
         if plan.traced and not MODULE_DICT_TRACED:  # a name may leave a __dict__ by delattr
@@ -142,9 +141,9 @@ def _dicts_left(plan: Plan, targets: list[dict | None]) -> list[dict]:
     # Where Dynamo cannot read a module's __dict__ (_compat.MODULE_DICT_TRACED), not an
     # attribute's slot: Dynamo writes an attribute back after the graph in its place there.
     left = {
-        (plan.names[i].rpartition(".")[0], plan.entries[i].kind): plan.slots[i]
+        (plan.names[i].rpartition(".")[0], plan.kinds[i]): plan.slots[i]
         for i in moving
-        if MODULE_DICT_TRACED or plan.entries[i].kind is not ATTRIBUTE
+        if MODULE_DICT_TRACED or plan.kinds[i] is not ATTRIBUTE
     }
     return list(left.values())
 
@@ -166,7 +165,7 @@ def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> 
     """tensordict's registration order and hooks after ``swap``'s writes of ``new``."""
     if to_end:  # the writes gave the order: only the hooks, if any
         if _hooks:
-            run_hooks(swap.plan, module, swap.targets, range(len(swap.plan.entries)), new)
+            run_hooks(swap.plan, module, swap.targets, range(len(swap.plan.slots)), new)
     else:
         reregister(swap.plan, module, swap.targets, new)
 
@@ -192,7 +191,7 @@ def _write(swap: Swap, values: Sequence[Any], to_end: bool) -> None:
         count(), targets or repeat(None), plan.slots, plan.slot_names, values
     ):
         if to_end or target is not None:  # a pop, not del: a slot at two paths moves once
-            if not MODULE_DICT_TRACED and plan.traced and plan.entries[index].kind is ATTRIBUTE:
+            if not MODULE_DICT_TRACED and plan.traced and plan.kinds[index] is ATTRIBUTE:
                 _leave_attributes(swap, index, slot)
             else:
                 slot.pop(name, None)
@@ -262,7 +261,7 @@ def _restore_by_entry(swap: Swap) -> tuple[list[Any], bool]:
             changed = True
         if target is None:
             pass
-        elif not MODULE_DICT_TRACED and plan.traced and plan.entries[index].kind is PARAMETER:
+        elif not MODULE_DICT_TRACED and plan.traced and plan.kinds[index] is PARAMETER:
             _leave_attributes(swap, index, target)  # a Parameter slot's only target
         else:
             target.pop(name, None)
@@ -282,7 +281,7 @@ def _leave_attributes(swap: Swap, index: int, attributes: dict) -> None:
     ``attributes`` by ``delattr`` on the owner, which removes from the ``__dict__`` a name that
     no slot dict holds. (On torch >= 2.12 Dynamo would replay that ``delattr`` after the graph
     as a deletion of the parameter the restore put back: there ``pop`` does it.)"""
-    name = swap.plan.entries[index].name
+    name = swap.plan.slot_names[index]
     if name in attributes:  # not: forward deleted it, or registered the name elsewhere
         assert swap.module is not None  # prepare() sets it on a traced swap
         delattr(owner_of(unwrap(swap.module)[0], swap.plan.names[index]), name)
@@ -294,9 +293,9 @@ def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:
     taken = []
     for index in range(len(current)):
         if current[index] is GONE:
-            entry = plan.entries[index]
-            if _taken_elsewhere(attributes_of(plan, index), entry.kind, entry.name):
-                del entry.slot[entry.name]  # not registered twice: the new owner stays
+            name = plan.slot_names[index]
+            if _taken_elsewhere(attributes_of(plan, index), plan.kinds[index], name):
+                del plan.slots[index][name]  # not registered twice: the new owner stays
                 taken.append(plan.names[index])
     if taken:
         raise RuntimeError(_errors.slot_taken_in_block(taken))
@@ -343,11 +342,11 @@ def _reset_rnn_flat_weights(rnn: nn.RNNBase) -> None:
 def _write_back(swap: Swap, current: Sequence[Any]) -> None:
     """A value that ``forward`` reassigned (a buffer, say) goes back into params."""
     repeated = swap.plan.repeated  # their slot is an earlier entry's
-    entries = swap.plan.entries
+    leaves = swap.plan.leaves
     write_back(
         swap.leaves,
         [
-            (entries[i].leaf, current[i])
+            (leaves[i], current[i])
             for i in range(swap.plan.given)
             if current[i] is not swap.new[i] and current[i] is not GONE and i not in repeated
         ],
@@ -369,23 +368,23 @@ def _targets(plan: Plan, new: list, mode: Mode) -> list[dict | None] | None:
     """Per entry, the dict its value goes into where that is not its slot's (else
     ``None``); ``None`` if every value stays in its slot's dict."""
     targets = [
-        _target_slot(entry, attributes_of(plan, index), value, mode)
-        for index, entry, value in zip(range(len(new)), plan.entries, new)
+        _target_slot(kind, attributes_of(plan, index), value, mode)
+        for index, kind, value in zip(range(len(new)), plan.kinds, new)
     ]
     if all(target is None for target in targets):
         return None
     return targets
 
 
-def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict | None:
+def _target_slot(kind: SlotKind, attributes: dict, value: Any, mode: Mode) -> dict | None:
     """Told by the slot's kind, not by comparing dicts (Dynamo 2.11 cannot trace ``is``
     between two dicts): ``attributes`` is the owner's ``__dict__``, an attribute's slot."""
     is_parameter = isinstance(value, nn.Parameter)
     if mode is REPLACE:
         if is_parameter:
-            return None if entry.kind is SlotKind.PARAMETER else attributes["_parameters"]
-        return attributes if entry.kind is SlotKind.PARAMETER else None
-    if entry.kind is SlotKind.ATTRIBUTE and is_parameter:
+            return None if kind is PARAMETER else attributes["_parameters"]
+        return attributes if kind is PARAMETER else None
+    if kind is ATTRIBUTE and is_parameter:
         return attributes["_parameters"]
     return None
 
@@ -396,8 +395,8 @@ def _target_slot(entry: Entry, attributes: dict, value: Any, mode: Mode) -> dict
 def check_inplace(plan: Plan, values: list) -> list:
     saved: list[torch.Tensor] = []
     with torch.no_grad():
-        for entry, key, target in zip(plan.entries, plan.names, read_slots(plan)):
-            value = values[entry.leaf]
+        for leaf, key, target in zip(plan.leaves, plan.names, read_slots(plan)):
+            value = values[leaf]
             if value is None:
                 raise Fault(TypeError, _errors.not_a_tensor, key, value)
             if target is None:

@@ -229,7 +229,7 @@ def _watched_buffers(plan: Plan, strict: bool) -> Any:
     eager swap (``UNWATCHED``: always empty)."""
     if strict or plan.has_attributes:
         return lambda buffers: buffers
-    owners = {id(e.slot) for e in plan.entries if e.kind is SlotKind.BUFFER}
+    owners = {id(slot) for slot, kind in zip(plan.slots, plan.kinds) if kind is SlotKind.BUFFER}
     return lambda buffers: buffers if id(buffers) in owners else UNWATCHED
 
 

@@ -36,7 +36,7 @@ def reregister(
     (a hook's result replaces its value there). An eager swap whose slots are each named
     once needs only the hooks (``run_hooks``): its writes gave the order
     (``engine._write``)."""
-    order = range(len(plan.entries))
+    order = range(len(plan.slots))
     if targets is None:
         # In-place copies, a restore that found a slot changed, or traced (the Route
         # grouped the names to move, fcall/_core/routes.py): the groups are the plan's
@@ -60,7 +60,7 @@ def reregister_restored(plan: Plan, module: nn.Module, changed: bool) -> None:
         plan.dict_groups = None  # the block changed the dicts' order: grouped again
         reregister(plan, module, None, [])
     else:
-        run_hooks(plan, module, None, range(len(plan.entries)), [])
+        run_hooks(plan, module, None, range(len(plan.slots)), [])
 
 
 def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None:
@@ -77,7 +77,7 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
 def dict_groups(plan: Plan) -> list[DictGroup]:
     """The names ``plan`` writes into each of its slot dicts, in its entries' order (a Route
     takes them as slot indexes, routes.py)."""
-    return _groups(plan, range(len(plan.entries)), None)
+    return _groups(plan, range(len(plan.slots)), None)
 
 
 def _groups(
@@ -97,18 +97,18 @@ def _groups(
     for index in order:
         if index in plan.repeated:
             continue  # a submodule at two paths: tensordict writes its slot once
-        entry = plan.entries[index]
+        kind = plan.kinds[index]
         target = None if targets is None else targets[index]
         if stayed_only and target is not None:
             continue
-        if target is None and entry.kind is ATTRIBUTE and plan.traced and not MODULE_DICT_TRACED:
+        if target is None and kind is ATTRIBUTE and plan.traced and not MODULE_DICT_TRACED:
             continue  # a module's __dict__ (_compat.MODULE_DICT_TRACED)
-        key = (plan.names[index].rpartition(".")[0], entry.kind, target is not None)
+        key = (plan.names[index].rpartition(".")[0], kind, target is not None)
         group = by_dict.get(key)
         if group is None:
-            group = new_entry(DictGroup, (entry.slot if target is None else target, []))
+            group = new_entry(DictGroup, (plan.slots[index] if target is None else target, []))
             by_dict[key] = group
-        group.names.append(entry.name)
+        group.names.append(plan.slot_names[index])
     return list(by_dict.values())
 
 
@@ -137,13 +137,13 @@ def run_hooks(
     if not _global_parameter_registration_hooks:
         return
     root = unwrap(module)[0]
-    slots: list[dict] = [entry.slot for entry in plan.entries]
+    slots: list[dict] = list(plan.slots)
     if targets is not None:
         slots = [slot if target is None else target for slot, target in zip(slots, targets)]
     for index in order:
         if index in plan.repeated:
             continue
-        slot, name = slots[index], plan.entries[index].name
+        slot, name = slots[index], plan.slot_names[index]
         value = slot[name]
         if not isinstance(value, nn.Parameter):
             continue

@@ -291,8 +291,8 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
         buffer_owners=slots.buffer_owners,
         buffer_keys=slots.buffer_keys,
         slots=slots.slots,
-        names=tuple(entry.name for entry in plan.entries),
-        buffers=tuple(entry.kind is SlotKind.BUFFER for entry in plan.entries),
+        names=tuple(plan.slot_names),
+        buffers=tuple(kind is SlotKind.BUFFER for kind in plan.kinds),
         owner_of_entry=slots.owner_of_entry,
         dotted=tuple(".".join(key) for key in keys),
         nodes=None,
@@ -313,7 +313,7 @@ def _declined(plan: Plan) -> Generic | None:
         return Generic.RNN
     if plan.repeated:
         return Generic.REPEATED
-    if reads.tie_groups or len(plan.entries) != plan.given:  # the tied names added
+    if reads.tie_groups or len(plan.slots) != plan.given:  # the tied names added
         return Generic.TIED
     if plan.has_attributes:
         return Generic.ATTRIBUTE
@@ -371,14 +371,16 @@ def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
     slots: list[int] = []
     owner_of_entry: list[int] = []
     seen: set[tuple[int, str]] = set()
-    for entry in plan.entries:
-        owner = tree.position[id(entry.attributes)]
-        if type(entry.slot) is not dict:
+    for slot, name, kind, owner_index in zip(
+        plan.slots, plan.slot_names, plan.kinds, plan.owner_of_entry
+    ):
+        owner = tree.position[id(plan.owners[owner_index])]
+        if type(slot) is not dict:
             return Generic.DICT_SUBCLASS
-        if (id(entry.slot), entry.name) in seen:
+        if (id(slot), name) in seen:
             return Generic.REPEATED
-        seen.add((id(entry.slot), entry.name))
-        if entry.kind is SlotKind.PARAMETER:
+        seen.add((id(slot), name))
+        if kind is SlotKind.PARAMETER:
             slots.append(owner)
         elif owner in buffer_owners:
             slots.append(len(owners) + buffer_owners.index(owner))
@@ -392,7 +394,7 @@ def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
         buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
         slots=tuple(slots),
         owner_of_entry=tuple(owner_of_entry),
-        of_dict={id(entry.slot): slot for entry, slot in zip(plan.entries, slots)},
+        of_dict={id(dict_): slot for dict_, slot in zip(plan.slots, slots)},
     )
 
 

@@ -127,11 +127,10 @@ def _per_leaf(plan: Plan, values: list, old: Sequence[Any]) -> list:
     swap of a TensorDictParams with buffers ~10%; tests/test_preserve_parameters.py checks
     every path's answers against ``into`` and tensordict)."""
     new = values  # copied on the first conversion only
-    for index, entry, value, old_value in zip(range(len(values)), plan.entries, values, old):
+    for index, kind, value, old_value in zip(range(len(values)), plan.kinds, values, old):
         if value is None:
             continue
         cls = type(value)
-        kind = entry.kind
         if kind is PARAMETER and old_value is not None:
             if cls is _Tensor and not (value.requires_grad or _is_batched(value)):
                 value = _make_subclass(_Parameter, value, old_value.requires_grad)  # NEW_PARAMETER
@@ -147,7 +146,7 @@ def _per_leaf(plan: Plan, values: list, old: Sequence[Any]) -> list:
                     continue
                 value = _parameter(value, old_value.requires_grad)  # NEW_PARAMETER
         elif kind is BUFFER and isinstance(value, _Parameter):  # tensordict's isinstance
-            value = _as_buffer(value, attributes_of(plan, index), entry.name)  # AS_BUFFER
+            value = _as_buffer(value, attributes_of(plan, index), plan.slot_names[index])
         else:
             continue  # AS_IS: an attribute, a slot holding None, a plain tensor for a buffer
         if new is values:  # copied on the first conversion only
@@ -168,11 +167,11 @@ def _parameter(value: torch.Tensor, requires_grad: bool) -> nn.Parameter:
 def registered_values(plan: Plan, values: list[Any], old: Sequence[Any]) -> list[Any]:
     if plan.direct and not plan.traced:
         return preserved(plan, values, old)
-    made = plan.route.preserved if plan.route is not None else None
+    made = plan.preserved
     if made is not None:  # traced: the Route made them (fcall/_core/traced.py)
         if plan.direct:
             return made
-        return [made[entry.leaf] for entry in plan.entries]
+        return [made[leaf] for leaf in plan.leaves]
     if plan.traced:
         with TRACEABLE_PARAMETER:  # once, not per Parameter: each `with` is traced
             return _registered_per_entry(plan, values, old, True)
@@ -186,24 +185,24 @@ def _registered_per_entry(
     conversion per leaf, so tied names stay one tensor)."""
     converted: dict[int, Any] = {}  # per leaf index
     new = []
-    for index, entry, old_value in zip(range(len(old)), plan.entries, old):
-        value = converted.get(entry.leaf)
+    for index, kind, leaf, old_value in zip(range(len(old)), plan.kinds, plan.leaves, old):
+        value = converted.get(leaf)
         if value is None:
-            value = values[entry.leaf]
+            value = values[leaf]
             if value is not None:
                 # traced, isinstance: type() of a Parameter made in the graph crashes Dynamo's
                 # guard builder (NameError: SYNTHETIC_LOCAL)
-                fast = not traced and entry.kind is not BUFFER  # a buffer: see _per_leaf
+                fast = not traced and kind is not BUFFER  # a buffer: see _per_leaf
                 is_parameter = _is_parameter(value) if fast else isinstance(value, nn.Parameter)
                 requires_grad = value.requires_grad
                 # batched: asked only where the rule needs it, as into() would
                 batched = not (is_parameter or requires_grad) and _is_batched(value)
-                decision = into(entry.kind, is_parameter, requires_grad, batched, old_value)
+                decision = into(kind, is_parameter, requires_grad, batched, old_value)
                 if decision is NEW_PARAMETER:  # traced, the caller entered TRACEABLE_PARAMETER
                     value = nn.Parameter(value, requires_grad=old_value.requires_grad)
                 elif decision is not AS_IS:
-                    value = _as_buffer(value, attributes_of(plan, index), entry.name)
-            converted[entry.leaf] = value
+                    value = _as_buffer(value, attributes_of(plan, index), plan.slot_names[index])
+            converted[leaf] = value
         new.append(value)
     return new
 

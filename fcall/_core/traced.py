@@ -50,7 +50,7 @@ from .flatten import Leaves, wrapped
 from .routes import Generic, Levels, Route, route_of_dict, route_of_tensordict, with_preserve
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
-from .types import DictGroup, Distributed, Plan, RouteOnly, new_entry
+from .types import KIND_OF_BUFFER, DictGroup, Distributed, Plan
 
 _repeat = itertools.repeat
 
@@ -65,7 +65,7 @@ def resolve(
 ) -> tuple[Plan, Leaves] | None:
     """Traced only: the plan and leaves of ``params`` in ``module`` through a Route, or
     ``None`` for the generic path. ``make_parameters`` (``to_module``'s ``PRESERVE``): what
-    each leaf goes in as (``plan.route.preserved``); ``group_by_dict`` (``to_module``): the names
+    each leaf goes in as (``plan.preserved``); ``group_by_dict`` (``to_module``): the names
     written into each dict (``plan.dict_groups``)."""
     if strict:  # missing keys are a whole-tree question: the generic path asks it
         return None
@@ -106,13 +106,10 @@ def resolve(
             return None
         dicts = parameters + buffers
     slots = pick(dicts, route.slots)
-    # the owners' __dict__ (a Dynamo dict of each module's attributes, costly to build) only
-    # where the writes need it: to_module(preserve_module_state=False) moves values between
-    # dicts; elsewhere a slot deleted in the block asks for it (Plan.attributes_of)
     preserved = _preserved(route, values, slots, made) if make_parameters else None
     if make_parameters and preserved is None:
         return None
-    plan = _plan(route, slots, owners, group_by_dict and not make_parameters, preserved)
+    plan = _plan(route, slots, owners, preserved)
     if group_by_dict:
         groups = zip(pick(dicts, route.group_slots), map(list, route.group_names))
         plan.dict_groups = list(map(tuple.__new__, _repeat(DictGroup), groups))
@@ -232,26 +229,24 @@ def pick(items: Sequence[Any], indexes: tuple[int, ...]) -> tuple:
 
 
 def _plan(
-    route: Route,
-    slots: Sequence[dict],
-    owners: Sequence[nn.Module],
-    attributes: bool,
-    preserved: list[Any] | None,
+    route: Route, slots: Sequence[dict], owners: Sequence[nn.Module], preserved: list[Any] | None
 ) -> Plan:
     """The engine's Plan of ``route`` in the traced module: entry ``i`` takes leaf ``i``;
-    ``attributes``: each entry with its owner's ``__dict__`` (else ``None``); ``preserved``:
-    to_module's values as they go in. Its entries are made only if something reads them
-    (``Plan.entries``): the hot path reads ``slots`` and ``slot_names``."""
+    ``preserved``: to_module's values as they go in. Its columns are builtin calls over the
+    Route's constants (nothing stepped per leaf); its owners are the modules, whose
+    ``__dict__`` (a Dynamo dict of each module's attributes, costly to build) is read only
+    where a write needs it (``types.attributes_of``)."""
     plan = Plan()
-    only = (owners, route.owner_of_entry, route.buffers, attributes, preserved)
-    plan.route = new_entry(RouteOnly, only)
-    # made on first read (Plan.entries); the slot, not the property's setter, which Dynamo
-    # 2.11 stores as a plain attribute over the property
-    plan._entries = None
     plan.given = len(route.names)
     plan.names = list(route.dotted)
-    plan.slots = slots
-    plan.slot_names = route.names
+    plan.slots = list(slots)
+    plan.slot_names = list(route.names)
+    plan.leaves = list(range(plan.given))
+    plan.kinds = list(map(KIND_OF_BUFFER.__getitem__, map(int, route.buffers)))
+    plan.owner_of_entry = list(route.owner_of_entry)
+    plan.owners = list(owners)
+    plan.owners_are_modules = True
+    plan.preserved = preserved
     plan.names_are_keys = True
     plan.traced = True
     plan.distributed = Distributed.NONE  # _decide checked: neither FSDP2 nor DDP

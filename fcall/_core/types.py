@@ -1,12 +1,11 @@
 """The data of a swap: how values go in (``Mode``), what kind of slot a key names
-(``SlotKind``), what kind of distributed tree a plan is for (``Distributed``), one row of a
-plan (``Entry``), the plan (``Plan``: each key to its slot), what the build read of the tree
-beside it (``TreeReads``), what only a traced Route's plan carries (``RouteOnly``), and one
-applied swap (``Swap``).
+(``SlotKind``), what kind of distributed tree a plan is for (``Distributed``), the plan
+(``Plan``: each key to its slot, as columns), what the build read of the tree beside it
+(``TreeReads``), and one applied swap (``Swap``).
 
-The enums and the NamedTuple are folded by Dynamo while it traces a swap: an enum member is
-a constant in the trace, and an ``Entry`` is a tuple (built and unpacked without inlining
-any Python of its own).
+The enums and the NamedTuples are folded by Dynamo while it traces a swap: an enum member is
+a constant in the trace, and a NamedTuple made by ``new_entry`` is a tuple (built and unpacked
+without inlining any Python of its own).
 """
 
 from __future__ import annotations
@@ -60,25 +59,17 @@ class Distributed(enum.Enum):
     DDP = "ddp"  # a DistributedDataParallel wrapper: values that need grad are refused
 
 
-class Entry(NamedTuple):
-    """Where one key of a params container lives: ``slot[name]``."""
-
-    slot: dict[str, Any]
-    """The owner's ``_parameters``, ``_buffers`` or ``__dict__``."""
-    name: str
-    """The key's last part: its name inside ``slot``."""
-    leaf: int
-    """The index of the value in the params leaves (a tied alias: its source's)."""
-    attributes: dict[str, Any] | None
-    """The owner's ``__dict__``, rather than the owner: a plan must not keep its module
-    alive. ``None`` in a traced Route's plan (``attributes_of`` reads it on need)."""
-    kind: SlotKind
-
-
-# How traced code makes an Entry: `new_entry(Entry, (slot, name, leaf, attributes, kind))`.
-# Dynamo runs `Entry(...)` through its polyfill of class instantiation, about 50 bytecode
-# steps per entry, each leaf's compile time; `tuple.__new__` directly, about 4.
+# How traced code makes a NamedTuple: `new_entry(DictGroup, (slot, names))`. Dynamo runs
+# `DictGroup(...)` through its polyfill of class instantiation, about 50 bytecode steps,
+# each leaf's compile time where it is per leaf; `tuple.__new__` directly, about 4.
 new_entry = tuple.__new__
+
+# A slot's kind by whether it is a buffer's (indexed by `int(is_buffer)`: Dynamo 2.11 refuses
+# a bool index): traced, a kind picked from this global (a `map` of its `__getitem__`) is
+# guarded as the global's, where a SlotKind in the Route, a constant of the trace, would be
+# a guard on a part of a constant, which cannot be built.
+KIND_OF_BUFFER = (SlotKind.PARAMETER, SlotKind.BUFFER)
+PARAMETER, BUFFER = KIND_OF_BUFFER
 
 
 class DictGroup(NamedTuple):
@@ -89,10 +80,11 @@ class DictGroup(NamedTuple):
 
 
 class Plan:
-    """Where each key of a params container lives in a module tree."""
+    """Where each key of a params container lives in a module tree: one row per entry (the
+    given keys first, then tied aliases), kept as columns that the hot loops read whole
+    (``slots``, ``slot_names``, ``leaves``, ``kinds``, ``owner_of_entry``)."""
 
     __slots__ = (
-        "_entries",
         "buffer_leaves",
         "by_entry",
         "dict_groups",
@@ -100,14 +92,19 @@ class Plan:
         "distributed",
         "given",
         "has_attributes",
+        "kinds",
         "layout",
+        "leaves",
         "names",
         "names_are_keys",
+        "owner_of_entry",
+        "owners",
+        "owners_are_modules",
         "parameter_leaves",
+        "preserved",
         "reads",
         "repeated",
         "rnns",
-        "route",
         "slot_names",
         "slots",
         "tie_sources",
@@ -115,11 +112,21 @@ class Plan:
     )
 
     def __init__(self) -> None:
-        # --- the key -> slot mapping (build.py, or traced._plan for a Route) ---
-        # given keys first, then tied aliases (a Route's plan: made on first read, below)
-        self._entries: list[Entry] | None = []
+        # --- per entry (build.py, or traced._plan for a Route) ---
+        self.slots: list[dict] = []  # the owner's _parameters, _buffers or __dict__
+        self.slot_names: list[str] = []  # the entry's name in that dict
+        self.leaves: list[int] = []  # its value's index in the leaves (a tie: its source's)
+        self.kinds: list[SlotKind] = []  # which dict of its owner the slot is
+        self.owner_of_entry: list[int] = []  # its owner's index in `owners`
+        self.names: list[str] = []  # its dotted module name (the given entries: the keys)
+        # --- per owner module ---
+        # eager and the generic path: each owner's __dict__ (a cached plan must not keep its
+        # module alive); a Route's plan: the owner modules (`owners_are_modules`), whose
+        # __dict__ the trace reads only where a write needs it (attributes_of)
+        self.owners: list[Any] = []
+        self.owners_are_modules = False
+        # --- the rest of the mapping ---
         self.given = 0  # how many entries come from params keys
-        self.names: list[str] = []  # dotted module name of each entry
         self.tie_sources: list[list[int]] = []  # leaf indexes given for one tied tensor
         self.has_attributes = False  # some entry is a plain tensor attribute
         self.rnns: list[weakref.ref[nn.RNNBase]] = []  # RNN owners: _flat_weights reset
@@ -129,20 +136,19 @@ class Plan:
         # time (_compat.MODULE_DICT_TRACED): the writes, the restore and read_slots go one
         # entry at a time (set by finish(); a Route's plan has no attribute's slot)
         self.by_entry = False
-        # --- derived once by finish(), for the hot loops ---
-        self.slots: Sequence[dict] = ()  # the slot of each entry: where each value goes
-        self.slot_names: Sequence[str] = ()  # the name of each entry in its slot
         self.direct = True  # entry i takes leaf i: no tied aliases, no repeated slot
         # entry index -> the earlier entry that names its slot too (a submodule at two
         # paths): it takes that one's value, and is never written back into params
         self.repeated: dict[int, int] = {}
-        # eager, for slot_values' bulk conversion: the leaf indexes of the parameter
-        # entries (None: every entry is a parameter's) and of the buffer entries
+        # --- derived once by finish(), eager, for slot_values' bulk conversion: the leaf
+        # indexes of the parameter entries (None: every entry is a parameter's) and of the
+        # buffer entries ---
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []
         # --- beside the mapping, each written by one module ---
         self.reads: TreeReads | None = None  # build.py's (None: a Route's plan)
-        self.route: RouteOnly | None = None  # traced.py's, for a Route's plan
+        # traced.py's, for a Route's to_module (PRESERVE): what each leaf goes in as
+        self.preserved: list[Any] | None = None
         # --- made on first use, kept with the plan ---
         # to_module: the names written into each dict whose order they change
         # (registration.py; traced, the Route's grouping)
@@ -150,27 +156,18 @@ class Plan:
         self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
         self.distributed: Distributed | None = None  # FSDP2, DDP or neither (engine.prepare)
 
-    @property
-    def entries(self) -> list[Entry]:
-        """Each key's ``Entry``. A Route's plan makes them on first read (``route_entries``):
-        traced, its hot path reads only ``slots`` and ``slot_names``, and each entry made
-        in the trace is a few of Dynamo's side effects per leaf (fcall/README.md)."""
-        entries = self._entries
-        if entries is None:
-            assert self.route is not None  # only a Route's plan defers them
-            entries = self._entries = route_entries(self, self.route)
-        return entries
-
-    @entries.setter
-    def entries(self, entries: list[Entry] | None) -> None:
-        self._entries = entries
+    def add(self, slot: dict, name: str, leaf: int, kind: SlotKind, owner: int) -> None:
+        """One more entry (the builder's)."""
+        self.slots.append(slot)
+        self.slot_names.append(name)
+        self.leaves.append(leaf)
+        self.kinds.append(kind)
+        self.owner_of_entry.append(owner)
 
     def finish(self, cached: bool = True) -> Plan:
         """Derive what the hot loops read (a plan built under Dynamo, ``cached=False``, is
-        never reused: it needs only the slots)."""
-        self.slots = [entry.slot for entry in self.entries]
-        self.slot_names = [entry.name for entry in self.entries]
-        self.direct = len(self.entries) == self.given
+        never reused)."""
+        self.direct = len(self.slots) == self.given
         self.traced = not cached
         assert self.reads is not None  # finish() is the builder's
         if cached or self.reads.may_repeat_slots:  # traced, id(slot) guards on the dict's id
@@ -179,10 +176,11 @@ class Plan:
         if not cached:
             return self
         # eager only: slot_values' bulk conversion
-        parameter_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.PARAMETER]
-        if len(parameter_leaves) != len(self.entries):
+        kinds = self.kinds
+        parameter_leaves = [leaf for leaf, k in zip(self.leaves, kinds) if k is PARAMETER]
+        if len(parameter_leaves) != len(kinds):
             self.parameter_leaves = parameter_leaves
-        self.buffer_leaves = [e.leaf for e in self.entries if e.kind is SlotKind.BUFFER]
+        self.buffer_leaves = [leaf for leaf, k in zip(self.leaves, kinds) if k is BUFFER]
         return self
 
     def _find_repeated(self) -> None:
@@ -195,14 +193,12 @@ class Plan:
         # traced, by the owner module: a module's names are unique over its dicts, and
         # Dynamo (torch 2.11-2.12) traces id() of a module, not of a dict
         owners = None if self.reads is None else self.reads.owners
-        for index in range(len(self.entries)):
-            entry = self.entries[index]
-            identity = id(entry.slot) if owners is None else id(owners[index])
-            seen = first.setdefault((identity, entry.name), index)
-            if seen != index:  # the first one's leaf (tuple.__new__: traced, see new_entry)
-                leaf = self.entries[seen].leaf
-                parts = (entry.slot, entry.name, leaf, entry.attributes, entry.kind)
-                self.entries[index] = new_entry(Entry, parts)
+        leaves = self.leaves
+        for index in range(len(self.slots)):
+            identity = id(self.slots[index]) if owners is None else id(owners[index])
+            seen = first.setdefault((identity, self.slot_names[index]), index)
+            if seen != index:
+                leaves[index] = leaves[seen]
                 repeated[index] = seen
         if repeated:
             self.repeated = repeated
@@ -253,44 +249,14 @@ class TreeReads:
     """Traced, where slots may repeat: each entry's owner module (``Plan._find_repeated``)."""
 
 
-class RouteOnly(NamedTuple):
-    """What only a Route's traced plan carries (``traced.py`` writes it): entry ``i`` takes
-    leaf ``i``, and what its ``Entry`` is made of when something first reads
-    ``plan.entries``."""
-
-    owners: Sequence[nn.Module]
-    """The owner modules (``attributes_of`` reads an owner's ``__dict__`` on need)."""
-    owner_of_entry: tuple[int, ...]
-    """Per entry, the index of its owner in ``owners``."""
-    buffers: tuple[bool, ...]
-    """Per entry, whether its slot is a ``_buffers`` (else a ``_parameters``)."""
-    attributes: bool
-    """Whether each ``Entry`` carries its owner's ``__dict__`` (else ``None``)."""
-    preserved: list[Any] | None
-    """to_module (``PRESERVE``): what each leaf goes in as, made before the dicts are read."""
-
-
-def route_entries(plan: Plan, route: RouteOnly) -> list[Entry]:
-    """The entries of a Route's plan, made from what it carries."""
-    owners = [route.owners[i] for i in route.owner_of_entry]
-    attributes = [owner.__dict__ for owner in owners] if route.attributes else [None] * len(owners)
-    kinds = [SlotKind.BUFFER if buffer else SlotKind.PARAMETER for buffer in route.buffers]
-    parts = zip(plan.slots, plan.slot_names, range(len(owners)), attributes, kinds)
-    return [new_entry(Entry, part) for part in parts]
-
-
 class StalePlan(Exception):
     """A cached plan named a slot that is gone: the caller rebuilds and retries."""
 
 
 def attributes_of(plan: Plan, index: int) -> dict[str, Any]:
     """The ``__dict__`` of entry ``index``'s owner module."""
-    attributes = plan.entries[index].attributes
-    if attributes is None:  # a Route's plan (traced.py): read on first need
-        route = plan.route
-        assert route is not None
-        attributes = route.owners[route.owner_of_entry[index]].__dict__
-    return attributes
+    owner = plan.owners[plan.owner_of_entry[index]]
+    return owner.__dict__ if plan.owners_are_modules else owner
 
 
 class Sharded(NamedTuple):
