@@ -118,7 +118,8 @@ def commit(swap: Swap) -> None:
     else:
         if swap.targets is not None:
             swap.orders = [DictOrder(slot, list(slot)) for slot in _dicts_left(plan, swap.targets)]
-        # (_to_end, inline: a call less on every swap)
+        # the writes give tensordict's registration order themselves: a to_module swap whose
+        # slots are each named once, in eager (registration.py)
         to_end = swap.reorder_in is not None and not plan.traced and not plan.repeated
         if plan.traced:  # nothing for Dynamo to replay after the graph (fcall/README.md)
             hold_dicts((*plan.slots, *(swap.targets or ())))
@@ -146,19 +147,6 @@ def _dicts_left(plan: Plan, targets: list[dict | None]) -> list[dict]:
         if MODULE_DICT_TRACED or plan.kinds[i] is not ATTRIBUTE
     }
     return list(left.values())
-
-
-def _to_end(swap: Swap) -> bool:
-    """Whether the writes give tensordict's registration order themselves: an eager
-    ``to_module`` that is no in-place copy, whose slots are each named once
-    (registration.py)."""
-    plan = swap.plan
-    return (
-        swap.reorder_in is not None
-        and swap.mode is not INPLACE
-        and not plan.traced
-        and not plan.repeated
-    )
 
 
 def _reregister(swap: Swap, module: nn.Module, new: list[Any], to_end: bool) -> None:
@@ -324,11 +312,11 @@ def _taken_elsewhere(attributes: dict, kind: SlotKind, name: str) -> bool:
 def reapply(swap: Swap, current: Sequence[Any]) -> None:
     """Undo ``restore(swap)``, which returned ``current``: the slots get ``current`` back,
     and the swap can be restored again."""
-    to_end = _to_end(swap)
-    _write(swap, current, to_end)
+    # an exact undo's swap (to_module(old, m)): its restore kept the dicts' order, and so
+    # does this (_fronts/to_module.py sets reorder_in to None before the restore)
+    assert swap.reorder_in is None
+    _write(swap, current, False)
     swap.new = list(current)
-    if swap.reorder_in is not None:
-        _reregister(swap, swap.reorder_in, swap.new, to_end)
     swap.done = False
 
 
