@@ -21,7 +21,7 @@ from .. import _errors
 from .._errors import Fault, UnknownKey
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
 from .tree import slot_of, strip, unwrap_for_keys
-from .types import Key, Link, Plan, SlotKind, SlotRef, TreeReads
+from .types import Key, Link, Node, Plan, SlotKind, SlotRef, TreeReads, new_entry
 
 PARAMETER = SlotKind.PARAMETER
 
@@ -145,6 +145,9 @@ def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan, reads: TreeReads)
     if child is None:
         return None
     reads.chain.append(Link(parent.owner._modules, name, child))
+    depth = reads.owner_nodes[parent.index].depth + 1
+    # the node's (made next); tuple.__new__: traced (the generic path), no class call
+    reads.owner_nodes.append(new_entry(Node, (parent.index, name, depth)))
     nodes[prefix] = node = _Node(child, plan)
     return node
 

@@ -25,7 +25,7 @@ from .build import build
 from .registration import dict_groups
 from .slot_values import Into, into, reads_old
 from .tree import unwrap
-from .types import Key, Plan, SlotKind
+from .types import ROOT_NODE, Key, Node, Plan, SlotKind
 
 
 class Generic(enum.Enum):
@@ -60,20 +60,6 @@ class Levels(NamedTuple):
     """Per level, the index of each node's parent in the level above."""
     names: tuple[tuple[str, ...], ...]
     """Per level, each node's name in its parent."""
-
-
-class Node(NamedTuple):
-    """A node of a tree (a module, a TensorDict), as a walk lists it, the root first."""
-
-    parent: int
-    """Its parent's index in that list (-1: the root)."""
-    name: str
-    """Its name in its parent."""
-    depth: int
-    """0: the root."""
-
-
-_ROOT = Node(-1, "", 0)
 
 
 class Preserve(NamedTuple):
@@ -213,7 +199,7 @@ class _TensorDictTree:
     leaf_nodes: list[int] = field(default_factory=list)
     leaf_names: list[str] = field(default_factory=list)
     values: list[Any] = field(default_factory=list)
-    nodes: list[Node] = field(default_factory=lambda: [_ROOT])
+    nodes: list[Node] = field(default_factory=lambda: [ROOT_NODE])
     node_keys: list[tuple[str, ...]] = field(default_factory=lambda: [()])
 
 
@@ -328,26 +314,17 @@ class _OwnerTree(NamedTuple):
     owners: list[nn.Module]
     """The owners in the trace's order (root first, level by level)."""
     position: dict[int, int]
-    """``id()`` of an owner's ``__dict__`` -> its place in ``owners``."""
+    """An owner's index in the plan -> its place in ``owners``."""
 
 
 def _owner_tree(root: nn.Module, plan: Plan) -> _OwnerTree | Generic:
-    """Each module on a key's path (the build's ``chain``), once: a module at two paths
-    takes the generic path."""
+    """The plan's owners as the trace reaches them (the builder's tree of them); a module
+    at two paths (two owners, one ``__dict__``) takes the generic path."""
+    if len({id(owner) for owner in plan.owners}) != len(plan.owners):
+        return Generic.REPEATED
     assert plan.reads is not None  # build's
-    found = [_ROOT]  # per owner
-    index_of = {id(root.__dict__): 0}
-    by_modules = {id(root._modules): 0}
-    for link in plan.reads.chain:
-        parent = by_modules.get(id(link.parent_modules))
-        if parent is None or id(link.child.__dict__) in index_of:
-            return Generic.REPEATED
-        index_of[id(link.child.__dict__)] = len(found)
-        by_modules[id(link.child._modules)] = len(found)
-        found.append(Node(parent, link.name, found[parent].depth + 1))
-    levels, order = _levels(found)
-    place = {node: i for i, node in enumerate(order)}
-    position = {attributes: place[node] for attributes, node in index_of.items()}
+    levels, order = _levels(plan.reads.owner_nodes)
+    position = {owner: place for place, owner in enumerate(order)}
     return _OwnerTree(levels, _owners(root, levels), position)
 
 
@@ -374,7 +351,7 @@ def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
     for slot, name, kind, owner_index in zip(
         plan.slots, plan.slot_names, plan.kinds, plan.owner_of_entry
     ):
-        owner = tree.position[id(plan.owners[owner_index])]
+        owner = tree.position[owner_index]
         if type(slot) is not dict:
             return Generic.DICT_SUBCLASS
         if (id(slot), name) in seen:

@@ -206,6 +206,20 @@ class Plan:
             self.direct = False
 
 
+class Node(NamedTuple):
+    """A node of a tree (a module, a TensorDict), as a walk lists it, the root first."""
+
+    parent: int
+    """Its parent's index in that list (-1: the root)."""
+    name: str
+    """Its name in its parent."""
+    depth: int
+    """0: the root."""
+
+
+ROOT_NODE = Node(-1, "", 0)
+
+
 class Link(NamedTuple):
     """A module on a key's path, as the build reached it."""
 
@@ -238,6 +252,9 @@ class TreeReads:
 
     chain: list[Link] = field(default_factory=list)
     """Each module on a key's path, once each."""
+    owner_nodes: list[Node] = field(default_factory=lambda: [ROOT_NODE])
+    """Per owner of the plan (``Plan.owners``: the root first, then each module on a key's
+    path, once per path), where it is in the tree."""
     root_dicts: tuple[dict, dict] | None = None
     """The root's ``_parameters`` and ``_buffers``, if the root owns a key."""
     tie_groups: list[list[SlotRef]] = field(default_factory=list)
