@@ -53,7 +53,7 @@ def build(
         raise Fault(KeyError, _errors.given_twice, twice)
     complete(plan, reads, nodes, root, tie_weights=tie_weights, strict=strict, traced=traced)
     if traced and reads.may_repeat_slots:  # finish() finds repeated slots by their owner
-        reads.owners = [nodes[name.rpartition(".")[0]].owner for name in plan.names]
+        reads.owners = [node.owner for node in nodes.values()]  # in plan.owners' order
     return plan.finish(cached=not traced)
 
 

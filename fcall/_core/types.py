@@ -195,7 +195,10 @@ class Plan:
         owners = None if self.reads is None else self.reads.owners
         leaves = self.leaves
         for index in range(len(self.slots)):
-            identity = id(self.slots[index]) if owners is None else id(owners[index])
+            if owners is None:
+                identity = id(self.slots[index])
+            else:
+                identity = id(owners[self.owner_of_entry[index]])
             seen = first.setdefault((identity, self.slot_names[index]), index)
             if seen != index:
                 leaves[index] = leaves[seen]
@@ -263,7 +266,8 @@ class TreeReads:
     """Traced: the build found a tensor under two names, so ``finish`` looks for a slot
     that two entries name (``id(slot)`` is a guard on the dict; eager always looks)."""
     owners: list[nn.Module] | None = None
-    """Traced, where slots may repeat: each entry's owner module (``Plan._find_repeated``)."""
+    """Traced, where slots may repeat: each owner module, in ``Plan.owners``' order
+    (``Plan._find_repeated``)."""
 
 
 class StalePlan(Exception):
