@@ -446,9 +446,13 @@ def with_preserve(
 
 
 def _owners(root: nn.Module, levels: Levels) -> list[nn.Module]:
-    """The owners below ``root`` that ``levels`` reach, root first, level by level: the
-    trace's own descent (``traced.descend``), run in eager. Imported here, not at the top:
-    traced.py imports this module."""
-    from .traced import descend, modules_of
-
-    return descend([root], levels, modules_of)
+    """The owners below ``root`` that ``levels`` reach, root first, level by level, as
+    ``traced.descend`` reaches them in the trace. Not that function itself: traced.py imports
+    this module (no cycle), and a helper of the trace's in a module of its own adds guards to
+    every compiled swap (fcall/README.md)."""
+    level: list[Any] = [root]
+    found: list[Any] = [root]
+    for parents, names in zip(levels.parents, levels.names):
+        level = [level[parent]._modules[name] for parent, name in zip(parents, names)]
+        found.extend(level)
+    return found
