@@ -363,3 +363,39 @@ def test_generator_draws_a_tensor_to_vmap_over_when_asked():
         assert tensors(spec), spec
 
     check()
+
+
+def test_dynamo_crashes_on_a_gone_aliasing_source_for_torch_func():
+    """Dynamo's own crash that the structure-change test accepts (``_dynamos_reason_crash``):
+    with aliasing guards on parameters, a tie fails a cache entry's aliasing guard; once a
+    parameter that guard names is deleted, Dynamo's ``recompilation_reason_for_no_tensor_
+    aliasing_guard`` evaluates the gone source while wording the next recompile and raises
+    ``KeyError``, here for ``torch.func.functional_call`` itself (no fcall in the frame)."""
+    from .test_structure_changes import GUARDED, _change, _dynamos_reason_crash, _model, _params
+
+    torch._dynamo.reset()
+    model, x = _model([False, False], 3), torch.randn(2, 3)
+    params = _params(model, "flat", 0)
+    step = torch.compile(
+        lambda m, p, x: torch.func.functional_call(m, p, (x,)), backend="eager", fullgraph=True
+    )
+    with torch._dynamo.config.patch(GUARDED):
+        step(model, params, x)
+        _change(model, "tie", 0, 3)
+        with pytest.raises(torch._dynamo.exc.Unsupported):  # torch.func refuses the tie
+            step(model, params, x)
+        _change(model, "delete_parameter", 1, 3)
+        with pytest.raises(KeyError) as raised:
+            step(model, params, x)
+    assert _dynamos_reason_crash(raised.value)
+
+
+@pytest.mark.parametrize("api", ["swap", "functional_call", "to_module"])
+@pytest.mark.parametrize("second", ["delete_parameter", "parameter_to_buffer"])
+def test_a_tie_then_a_gone_parameter_between_compiled_calls(api, second):
+    """The sequence the deep profile found (a tie, then a parameter deleted or made a buffer):
+    each compiled call gives eager's outcome, or Dynamo's own crash above."""
+    from .test_structure_changes import test_changes_between_compiled_calls_give_eagers_outcome
+
+    test = test_changes_between_compiled_calls_give_eagers_outcome.hypothesis.inner_test
+    test(blocks=[False, False], container="tensordict", api=api, changes=[("tie", 0), (second, 1)])
