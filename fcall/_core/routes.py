@@ -342,21 +342,16 @@ class _Slots(NamedTuple):
 
 def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
     """Each entry's dict as an index: an owner's ``_parameters``, or (from ``len(owners)``
-    on) a buffer owner's ``_buffers``; a slot named twice takes the generic path."""
+    on) a buffer owner's ``_buffers`` (a slot named twice was declined already: the builder's
+    eager plan marks it ``repeated``, ``_declined``)."""
     owners = tree.owners
     buffer_owners: list[int] = []
     slots: list[int] = []
     owner_of_entry: list[int] = []
-    seen: set[tuple[int, str]] = set()
-    for slot, name, kind, owner_index in zip(
-        plan.slots, plan.slot_names, plan.kinds, plan.owner_of_entry
-    ):
+    for slot, kind, owner_index in zip(plan.slots, plan.kinds, plan.owner_of_entry):
         owner = tree.position[owner_index]
         if type(slot) is not dict:
             return Generic.DICT_SUBCLASS
-        if (id(slot), name) in seen:
-            return Generic.REPEATED
-        seen.add((id(slot), name))
         if kind is SlotKind.PARAMETER:
             slots.append(owner)
         elif owner in buffer_owners:
