@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import tensordict.base as _td_base
 import torch
@@ -161,10 +161,15 @@ def inside_higher_order_op(ctx: Any) -> bool:
     return tx.output.current_tracer.parent is not None
 
 
-def tensor_facts(var: Any, positions: tuple[int, ...]) -> list[tuple[bool, bool]] | None:
+_Facts = TypeVar("_Facts")
+
+
+def tensor_facts(
+    var: Any, positions: tuple[int, ...], facts: Callable[[bool, bool], _Facts]
+) -> list[_Facts] | None:
     """At trace time: for the items at ``positions`` of Dynamo's list variable ``var``,
-    whether each is a Parameter and whether it requires grad, as Dynamo traces them;
-    ``None`` if one is not a traced tensor."""
+    ``facts(is_parameter, requires_grad)`` as Dynamo traces each; ``None`` if one is not a
+    traced tensor."""
     from torch import nn
     from torch._dynamo.variables.lazy import LazyVariableTracker
     from torch._dynamo.variables.tensor import TensorVariable
@@ -172,15 +177,15 @@ def tensor_facts(var: Any, positions: tuple[int, ...]) -> list[tuple[bool, bool]
     if isinstance(var, LazyVariableTracker):
         var = var.realize()
     items = var.items
-    facts = []
+    found = []
     for position in positions:
         var = items[position]
         if isinstance(var, LazyVariableTracker):
             var = var.realize()
         if not isinstance(var, TensorVariable):
             return None
-        facts.append((issubclass(var.python_type(), nn.Parameter), bool(var.requires_grad)))
-    return facts
+        found.append(facts(issubclass(var.python_type(), nn.Parameter), bool(var.requires_grad)))
+    return found
 
 
 # --- a swapped dict that ends as it began is not replayed ----------------------------------

@@ -17,7 +17,7 @@ import fcall
 from fcall._core import flatten as _flatten
 from fcall._core import traced as _traced
 from fcall._core.build import build
-from fcall._core.routes import Generic, route_of_dict, route_of_tensordict, with_preserve
+from fcall._core.routes import Generic, route_of_dict, route_of_tensordict
 from fcall._core.traced import descend, modules_of, pick
 from fcall._core.tree import unwrap
 from fcall._core.types import attributes_of
@@ -203,5 +203,7 @@ def test_preserve_wraps_plain_values_and_keeps_parameters_with_the_slots_require
 
 def test_preserve_declines_a_parameter_for_a_buffer():
     net = Net()
-    route = route_of_tensordict(TensorDict({"offset": torch.ones(4)}), net, False)
-    assert with_preserve(route, net, [(True, True)]) is Generic.PARAMETER_FOR_BUFFER
+    params = TensorDict({"offset": nn.Parameter(torch.ones(4))})
+    assert route_of_tensordict(params, net, False) is not Generic.PARAMETER_FOR_BUFFER
+    found = route_of_tensordict(params, net, False, preserve=True)
+    assert found is Generic.PARAMETER_FOR_BUFFER

@@ -4,13 +4,15 @@ A ``Route`` is what a traced swap (``fcall/_core/traced.py``) needs of a plan an
 instance it was built on: which owner modules to reach from the root (``Levels``), which of
 their dicts each value goes into, under which name, and where each value is in the params.
 It is built at trace time from the real module and keys: ``route_of_dict`` for a dict (whose
-structure the trace read), ``route_of_tensordict`` for a TensorDict (read here). ``None``
-which the trace does not read: ``Generic``, the reason the swap takes the generic path.
+structure the trace read), ``route_of_tensordict`` for a TensorDict (read here); where no
+Route covers the swap, the reason it takes the generic path (``Generic``).
 """
 
 from __future__ import annotations
 
 import enum
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -123,9 +125,16 @@ class Route(NamedTuple):
     """``to_module``'s ``PRESERVE``: what each value goes in as."""
 
 
-def route_of_dict(shape: list[tuple], module: nn.Module, tie_weights: bool) -> Route | Generic:
+def route_of_dict(
+    shape: list[tuple],
+    module: nn.Module,
+    tie_weights: bool,
+    facts_at: Callable[[tuple[int, ...]], list[ValueFacts] | None] | None = None,
+) -> Route | Generic:
     """The Route of a dict whose structure is ``shape`` (``_dict_shape``): its leaves in
-    ``flatten_generic``'s order (depth first, each name split at its dots)."""
+    ``flatten_generic``'s order (depth first, each name split at its dots). ``facts_at``
+    (``to_module``'s ``PRESERVE``): the facts of the values at these places of the trace's
+    values, or ``None`` where one is not a traced tensor."""
     keys: list[Key] = []
     positions: list[int] = []
     starts = []  # per level, where its values begin among every level's values
@@ -154,10 +163,12 @@ def route_of_dict(shape: list[tuple], module: nn.Module, tie_weights: bool) -> R
     declined = visit(0, 0, ())
     if declined is not None:
         return declined
-    route = _route(module, keys, tie_weights)
+    where = tuple(positions)
+    facts = None if facts_at is None else lambda: facts_at(where)
+    route = _route(module, keys, tie_weights, facts)
     if isinstance(route, Generic):
         return route
-    return route._replace(leaf_nodes=tuple(positions))
+    return route._replace(leaf_nodes=where)
 
 
 def route_of_tensordict(
@@ -174,14 +185,10 @@ def route_of_tensordict(
     if declined is not None:
         return declined
     levels, order = _levels(tree.nodes)
-    route = _route(module, tree.keys, tie_weights)
+    facts = functools.partial(_facts_of, tree.values) if preserve else None
+    route = _route(module, tree.keys, tie_weights, facts)
     if isinstance(route, Generic):
         return route
-    if preserve:
-        facts = [(isinstance(v, nn.Parameter), v.requires_grad) for v in tree.values]
-        route = with_preserve(route, module, facts)
-        if isinstance(route, Generic):
-            return route
     return route._replace(
         nodes=levels,
         node_keys=tuple(tree.node_keys[i] for i in order),
@@ -230,6 +237,10 @@ def _walk(
     return None
 
 
+def _facts_of(values: list[Any]) -> list[ValueFacts]:
+    return [ValueFacts(isinstance(value, nn.Parameter), value.requires_grad) for value in values]
+
+
 def _levels(nodes: list[Node]) -> tuple[Levels, list[int]]:
     """``nodes`` (the root first) as Levels, and the trace's order of the nodes (root first,
     level by level) as a list of their indexes in ``nodes``."""
@@ -248,8 +259,14 @@ def _levels(nodes: list[Node]) -> tuple[Levels, list[int]]:
         depth += 1
 
 
-def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Generic:
-    """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes."""
+def _route(
+    module: nn.Module,
+    keys: list[Key],
+    tie_weights: bool,
+    facts: Callable[[], list[ValueFacts] | None] | None,
+) -> Route | Generic:
+    """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes;
+    with ``facts`` (``to_module``'s ``PRESERVE``), what each value goes in as."""
     root, prefixes = unwrap(module)
     if "module" in prefixes:
         return Generic.DDP
@@ -264,12 +281,21 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
     declined = _declined(plan)
     if declined is not None:
         return declined
-    tree = _owner_tree(root, plan)
+    tree = _owner_tree(plan)
     if isinstance(tree, Generic):
         return tree
     slots = _slots(plan, tree)
     if isinstance(slots, Generic):
         return slots
+    preserve: Preserve | None = None
+    if facts is not None:
+        found = facts()
+        if found is None:
+            return Generic.NOT_TRACED_TENSORS
+        decided = _preserve(plan, found)
+        if isinstance(decided, Generic):
+            return decided
+        preserve = decided
     moved = _moved_groups(plan, slots)
     return Route(
         owners=tree.levels,
@@ -287,7 +313,7 @@ def _route(module: nn.Module, keys: list[Key], tie_weights: bool) -> Route | Gen
         leaf_names=(),
         group_slots=tuple(group.slot for group in moved),
         group_names=tuple(tuple(group.names) for group in moved),
-        preserve=None,
+        preserve=preserve,
     )
 
 
@@ -311,13 +337,14 @@ class _OwnerTree(NamedTuple):
 
     levels: Levels
     """How the trace reaches them from the root."""
-    owners: list[nn.Module]
-    """The owners in the trace's order (root first, level by level)."""
+    owners: list[dict[str, Any]]
+    """The owners' ``__dict__`` (``Plan.owners``) in the trace's order (root first, level by
+    level)."""
     position: dict[int, int]
     """An owner's index in the plan -> its place in ``owners``."""
 
 
-def _owner_tree(root: nn.Module, plan: Plan) -> _OwnerTree | Generic:
+def _owner_tree(plan: Plan) -> _OwnerTree | Generic:
     """The plan's owners as the trace reaches them (the builder's tree of them); a module
     at two paths (two owners, one ``__dict__``) takes the generic path."""
     if len({id(owner) for owner in plan.owners}) != len(plan.owners):
@@ -325,7 +352,7 @@ def _owner_tree(root: nn.Module, plan: Plan) -> _OwnerTree | Generic:
     assert plan.reads is not None  # build's
     levels, order = _levels(plan.reads.owner_nodes)
     position = {owner: place for place, owner in enumerate(order)}
-    return _OwnerTree(levels, _owners(root, levels), position)
+    return _OwnerTree(levels, [plan.owners[i] for i in order], position)
 
 
 class _Slots(NamedTuple):
@@ -361,9 +388,9 @@ def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
             slots.append(len(owners) + len(buffer_owners) - 1)
         owner_of_entry.append(owner)
     return _Slots(
-        owner_keys=tuple(tuple(owner._parameters) for owner in owners),
+        owner_keys=tuple(tuple(owner["_parameters"]) for owner in owners),
         buffer_owners=tuple(buffer_owners),
-        buffer_keys=tuple(tuple(owners[i]._buffers) for i in buffer_owners),
+        buffer_keys=tuple(tuple(owners[i]["_buffers"]) for i in buffer_owners),
         slots=tuple(slots),
         owner_of_entry=tuple(owner_of_entry),
         of_dict={id(dict_): slot for dict_, slot in zip(plan.slots, slots)},
@@ -396,27 +423,29 @@ def _has_fsdp(root: nn.Module) -> bool:
     return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
 
 
-def with_preserve(
-    route: Route, module: nn.Module, facts: list[tuple[bool, bool]]
-) -> Route | Generic:
-    """``route`` with ``PRESERVE`` decided for each entry on its value's ``facts`` (whether
-    a Parameter, whether it requires grad) and the module's slots, by ``slot_values.into``;
-    the generic path for a Parameter bound for a buffer slot. Not batched: no Route is made
-    under vmap. The trace checks what the rule read: the old tensors' ``requires_grad``
-    (``wrap``, ``kept``), a slot holding ``None`` (``empty``)."""
-    root, _ = unwrap(module)
-    owners = _owners(root, route.owners)
+class ValueFacts(NamedTuple):
+    """What ``PRESERVE`` reads of a value (``slot_values.into``)."""
+
+    is_parameter: bool
+    requires_grad: bool
+
+
+def _preserve(plan: Plan, facts: list[ValueFacts]) -> Preserve | Generic:
+    """``PRESERVE`` decided for each entry of ``plan`` on its value's ``facts`` and its slot's
+    old tensor (the builder's slots), by ``slot_values.into``; the generic path for a
+    Parameter bound for a buffer slot. Not batched: no Route is made under vmap. The trace
+    checks what the rule read: the old tensors' ``requires_grad`` (``wrap``, ``kept``), a
+    slot holding ``None`` (``empty``)."""
     wrap, wrap_requires_grad, kept, kept_requires_grad, empty = [], [], [], [], []
-    for index, ((is_parameter, requires_grad), buffer, owner, name) in enumerate(
-        zip(facts, route.buffers, route.owner_of_entry, route.names)
+    for index, (fact, kind, slot, name) in enumerate(
+        zip(facts, plan.kinds, plan.slots, plan.slot_names)
     ):
-        kind = SlotKind.BUFFER if buffer else SlotKind.PARAMETER
-        if not reads_old(kind, is_parameter, requires_grad, False):
-            if into(kind, is_parameter, requires_grad, False, None) is not Into.AS_IS:
+        if not reads_old(kind, fact.is_parameter, fact.requires_grad, False):
+            if into(kind, fact.is_parameter, fact.requires_grad, False, None) is not Into.AS_IS:
                 return Generic.PARAMETER_FOR_BUFFER
             continue  # in as it is, the old tensor unread
-        old = owners[owner]._parameters[name]
-        decision = into(kind, is_parameter, requires_grad, False, old)
+        old = slot[name]
+        decision = into(kind, fact.is_parameter, fact.requires_grad, False, old)
         if old is None:
             empty.append(index)
         elif decision is Into.AS_IS:
@@ -427,27 +456,12 @@ def with_preserve(
             wrap_requires_grad.append(old.requires_grad)
     count = len(facts)
     position = {index: count + i for i, index in enumerate(wrap)}
-    return route._replace(
-        preserve=Preserve(
-            wrap=tuple(wrap),
-            wrap_requires_grad=tuple(wrap_requires_grad),
-            kept=tuple(kept),
-            kept_requires_grad=tuple(kept_requires_grad),
-            empty=tuple(empty),
-            order=tuple(position.get(index, index) for index in range(count)),
-            unskippable=SKIPPED_TENSOR_GUARDS,
-        )
+    return Preserve(
+        wrap=tuple(wrap),
+        wrap_requires_grad=tuple(wrap_requires_grad),
+        kept=tuple(kept),
+        kept_requires_grad=tuple(kept_requires_grad),
+        empty=tuple(empty),
+        order=tuple(position.get(index, index) for index in range(count)),
+        unskippable=SKIPPED_TENSOR_GUARDS,
     )
-
-
-def _owners(root: nn.Module, levels: Levels) -> list[nn.Module]:
-    """The owners below ``root`` that ``levels`` reach, root first, level by level, as
-    ``traced.descend`` reaches them in the trace. Not that function itself: traced.py imports
-    this module (no cycle), and a helper of the trace's in a module of its own adds guards to
-    every compiled swap (fcall/README.md)."""
-    level: list[Any] = [root]
-    found: list[Any] = [root]
-    for parents, names in zip(levels.parents, levels.names):
-        level = [level[parent]._modules[name] for parent, name in zip(parents, names)]
-        found.extend(level)
-    return found

@@ -6,7 +6,7 @@ with ``preserve_module_state=True`` (``PRESERVE``) follows tensordict's rule, wr
 or is batched, the old tensor), a decision out (``Into``). It is applied leaf by leaf in eager
 (``_per_leaf``, with a bulk path in C loops for the cases where every decision is the same),
 entry by entry for tied aliases and the generic traced path (``_registered_per_entry``), and at
-trace time on the real values by the traced front (``routes.with_preserve``).
+trace time on the real values by the traced front (``routes._preserve``).
 """
 
 from __future__ import annotations

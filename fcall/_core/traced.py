@@ -47,7 +47,14 @@ from .._compat import (
     tensor_facts,
 )
 from .flatten import Leaves, wrapped
-from .routes import Generic, Levels, Route, route_of_dict, route_of_tensordict, with_preserve
+from .routes import (
+    Generic,
+    Levels,
+    Route,
+    ValueFacts,
+    route_of_dict,
+    route_of_tensordict,
+)
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
 from .types import KIND_OF_BUFFER, DictGroup, Distributed, Plan
@@ -298,10 +305,6 @@ def _route_of(ctx: Any) -> Route | Generic:
     if shape is None:
         params = real_object(request["params"])
         return route_of_tensordict(params, module, tie_weights, preserve)
-    route = route_of_dict(shape, module, tie_weights)
-    if isinstance(route, Generic) or not preserve:
-        return route
-    facts = tensor_facts(request["level_values"], route.leaf_nodes)
-    if facts is None:
-        return Generic.NOT_TRACED_TENSORS
-    return with_preserve(route, module, facts)
+    values = request["level_values"]
+    facts_at = (lambda where: tensor_facts(values, where, ValueFacts)) if preserve else None
+    return route_of_dict(shape, module, tie_weights, facts_at)
