@@ -20,7 +20,7 @@ from fcall._core.build import build
 from fcall._core.routes import Generic, route_of_dict, route_of_tensordict
 from fcall._core.traced import descend, modules_of, pick
 from fcall._core.tree import unwrap
-from fcall._core.types import attributes_of
+from fcall._core.types import DictLevel, attributes_of
 from tests.support import Net, Tied, flat
 
 
@@ -35,7 +35,7 @@ def _routed(params, module, tie_weights=True):
     the reason it declines."""
     if isinstance(params, dict):
         shape, level_values = _traced._dict_shape(params, ordered=False)
-        route = route_of_dict(shape, module, tie_weights)
+        route = route_of_dict([DictLevel(*level) for level in shape], module, tie_weights)
         if isinstance(route, Generic):
             return route
         values = pick(level_values, route.leaf_nodes)

@@ -27,7 +27,7 @@ from .build import build
 from .registration import dict_groups
 from .slot_values import Into, into, reads_old
 from .tree import unwrap
-from .types import ROOT_NODE, Key, Node, Plan, SlotKind
+from .types import ROOT_NODE, DictLevel, Key, Node, Plan, SlotKind
 
 
 class Generic(enum.Enum):
@@ -126,7 +126,7 @@ class Route(NamedTuple):
 
 
 def route_of_dict(
-    shape: list[tuple],
+    shape: list[DictLevel],
     module: nn.Module,
     tie_weights: bool,
     facts_at: Callable[[tuple[int, ...]], list[ValueFacts] | None] | None = None,
@@ -139,12 +139,13 @@ def route_of_dict(
     positions: list[int] = []
     starts = []  # per level, where its values begin among every level's values
     total = 0
-    for node_keys, _, _ in shape:
+    for level in shape:
         starts.append(total)
-        total += sum(map(len, node_keys))
+        total += sum(map(len, level.keys))
 
     def visit(depth: int, node: int, prefix: Key) -> Generic | None:
-        node_keys, is_dict, is_tensor = shape[depth]
+        level = shape[depth]
+        node_keys, is_dict, is_tensor = level.keys, level.is_dict, level.is_tensor
         offset = sum(map(len, node_keys[:node]))
         for place, name in enumerate(node_keys[node]):
             if not isinstance(name, str) or not name:

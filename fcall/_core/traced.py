@@ -57,7 +57,7 @@ from .routes import (
 )
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
-from .types import KIND_OF_BUFFER, DictGroup, Distributed, Plan
+from .types import KIND_OF_BUFFER, DictGroup, DictLevel, Distributed, Plan
 
 _repeat = itertools.repeat
 
@@ -171,7 +171,9 @@ def _dict_shape(params: dict, ordered: bool) -> tuple[list[tuple], list[Any]]:
     node's keys and which values are dicts and which tensors; and every level's values,
     in that order (a Route picks the leaves from them). Unless ``ordered``, each value is
     read by its key: Dynamo then guards each node's length and keys, not their order, so
-    one compiled frame serves the same keys in any order (the Route reads by name too)."""
+    one compiled frame serves the same keys in any order (the Route reads by name too).
+    A level is a plain tuple in the trace, a ``DictLevel`` once read at trace time: Dynamo
+    (torch 2.11) cannot read a NamedTuple made in the trace as a constant."""
     shape: list[tuple] = []
     everything: list[Any] = []
     level: Sequence[Any] = [params]
@@ -185,7 +187,8 @@ def _dict_shape(params: dict, ordered: bool) -> tuple[list[tuple], list[Any]]:
             for node, keys in zip(level, level_keys):
                 values.extend(map(dict.__getitem__, _repeat(node), keys))
         is_dict = tuple(map(isinstance, values, _repeat(dict)))
-        shape.append((level_keys, is_dict, tuple(map(isinstance, values, _repeat(torch.Tensor)))))
+        is_tensor = tuple(map(isinstance, values, _repeat(torch.Tensor)))
+        shape.append((level_keys, is_dict, is_tensor))  # a DictLevel's fields
         everything.extend(values)
         level = pick(values, _where(is_dict))
     return shape, everything
@@ -299,6 +302,7 @@ def _route_of(ctx: Any) -> Route | Generic:
     if not isinstance(module, nn.Module):
         return Generic.NOT_A_MODULE
     shape = request["shape"].as_python_constant()
+    shape = None if shape is None else [DictLevel(*level) for level in shape]
     preserve = request["make_parameters"].as_python_constant()
     if preserve and inside_higher_order_op(ctx):  # under vmap the values are batched
         return Generic.UNDER_VMAP

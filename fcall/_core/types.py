@@ -72,6 +72,18 @@ KIND_OF_BUFFER = (SlotKind.PARAMETER, SlotKind.BUFFER)
 PARAMETER, BUFFER = KIND_OF_BUFFER
 
 
+class DictLevel(NamedTuple):
+    """One level of a (nested) dict's structure, as the trace reads it (``traced._dict_shape``):
+    made traced with ``new_entry``, read at trace time as a constant."""
+
+    keys: tuple[tuple[Any, ...], ...]
+    """Per node of the level, its keys."""
+    is_dict: tuple[bool, ...]
+    """Per value of the level (its nodes' values, in order), whether it is a dict..."""
+    is_tensor: tuple[bool, ...]
+    """... and whether a tensor."""
+
+
 class DictGroup(NamedTuple):
     """The names a swap writes into one dict whose order it changes (``registration.py``)."""
 

@@ -156,22 +156,8 @@ def check_swap_parity(
         swap parity (swap, 3 param set(s)): OK
           eager: 1 graph(s), 0 break(s), 0 recompile(s), max |compiled - eager| = 0
     """
-    if api not in APIS:
-        raise ValueError(f"check_swap_parity: api must be one of {APIS}, got {api!r}.")
-    if order not in (1, 2):
-        raise ValueError(f"check_swap_parity: order must be 1 or 2, got {order!r}.")
     sets = list(param_sets)
-    if not sets:
-        raise ValueError("check_swap_parity: param_sets is empty; give at least one set.")
-    if not backends or isinstance(backends, str):
-        raise ValueError(
-            f"check_swap_parity: backends must be a non-empty sequence, got {backends!r}."
-        )
-    if fullgraph and max_graph_breaks:
-        raise ValueError(
-            f"check_swap_parity: max_graph_breaks={max_graph_breaks} needs fullgraph=False "
-            "(with fullgraph=True any graph break fails)."
-        )
+    _check_arguments(api, order, sets, backends, fullgraph, max_graph_breaks)
     args = inputs if isinstance(inputs, tuple) else (inputs,)
     if (atol is None) != (rtol is None):
         atol, rtol = atol or 0.0, rtol or 0.0
@@ -189,14 +175,7 @@ def check_swap_parity(
     breaks: list[GraphBreak] = []
     if not fullgraph:
         _compare.put_values(slots, initial)
-        breaks = count_breaks(step, (_compare.copy_set(sets[0]), *args))
-        if len(breaks) > max_graph_breaks:
-            listed = "\n".join(f"  {b}" for b in breaks)
-            raise ParityError(
-                Failure.GRAPH_BREAK,
-                f"{len(breaks)} graph break(s), max_graph_breaks={max_graph_breaks}:\n{listed}",
-                graph_break=breaks[0],
-            )
+        breaks = _graph_breaks(step, (_compare.copy_set(sets[0]), *args), max_graph_breaks)
     reports = []
     try:
         for backend in backends:
@@ -214,6 +193,45 @@ def check_swap_parity(
         torch._dynamo.reset()
         _compare.put_values(slots, {**initial, **eager[-1].module_changed})
     return ParityReport(api, len(sets), tuple(reports))
+
+
+def _check_arguments(
+    api: str,
+    order: int,
+    sets: list[Any],
+    backends: Sequence[Backend],
+    fullgraph: bool,
+    max_graph_breaks: int,
+) -> None:
+    """``check_swap_parity``'s arguments, or a ``ValueError`` naming the one that is wrong."""
+    if api not in APIS:
+        raise ValueError(f"check_swap_parity: api must be one of {APIS}, got {api!r}.")
+    if order not in (1, 2):
+        raise ValueError(f"check_swap_parity: order must be 1 or 2, got {order!r}.")
+    if not sets:
+        raise ValueError("check_swap_parity: param_sets is empty; give at least one set.")
+    if not backends or isinstance(backends, str):
+        raise ValueError(
+            f"check_swap_parity: backends must be a non-empty sequence, got {backends!r}."
+        )
+    if fullgraph and max_graph_breaks:
+        raise ValueError(
+            f"check_swap_parity: max_graph_breaks={max_graph_breaks} needs fullgraph=False "
+            "(with fullgraph=True any graph break fails)."
+        )
+
+
+def _graph_breaks(step: Callable[..., Any], args: tuple, max_graph_breaks: int) -> list[GraphBreak]:
+    """The graph breaks of ``step(*args)``; a ``ParityError`` if there are more than allowed."""
+    breaks = count_breaks(step, args)
+    if len(breaks) > max_graph_breaks:
+        listed = "\n".join(f"  {b}" for b in breaks)
+        raise ParityError(
+            Failure.GRAPH_BREAK,
+            f"{len(breaks)} graph break(s), max_graph_breaks={max_graph_breaks}:\n{listed}",
+            graph_break=breaks[0],
+        )
+    return breaks
 
 
 @dataclasses.dataclass
