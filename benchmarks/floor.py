@@ -13,7 +13,9 @@ per call), tensordict's own ``to_module`` and ``torch.func.functional_call``. Ea
 timed in interleaved rounds right beside the floor of its form; a ratio is the median of
 the paired ratios. The ``Parameter alone`` row builds, per call, the Parameters that
 ``to_module`` must build and calls the model with its own parameters: what the rule costs
-without any swap.
+without any swap. The two ``leaves read`` rows swap nothing: they call the model with its own
+parameters and return every value of a flat dict or of a TensorDict's nodes: what Dynamo
+charges to read the container at all.
 
 ``apart``: the same per-call ratio with each cell alone in a fresh process beside the floor
 of its form (one model, one container, one compiled function of each, as a user's script
@@ -61,6 +63,8 @@ CELLS = (
     "tensordict to_module (plain tensors)",
     "torch.func flat",
     "Parameter alone (no swap)",
+    "flat leaves read (no swap)",
+    "tensordict leaves read (no swap)",
 )
 BACKENDS = ("eager", "inductor")
 
@@ -75,6 +79,12 @@ _BODIES = {
     "tensordict to_module (plain tensors)": "with p.to_module(model):\n    return model(x)",
     "torch.func flat": "return torch.func.functional_call(model, p, (x,))",
     "Parameter alone (no swap)": "tuple(map(nn.Parameter, p.values()))\nreturn model(x)",
+    # what any compiled function pays to read every value of the container, beside the model
+    # with its own parameters (the values are returned: read, and graph inputs)
+    "flat leaves read (no swap)": "return model(x), tuple(p.values())",
+    "tensordict leaves read (no swap)": (
+        "return model(x), tuple(v for n in p._tensordict.values() for v in n._tensordict.values())"
+    ),
 }
 _FLAT = ("flat", "torch.func", "Parameter alone")
 
