@@ -2,9 +2,9 @@
 
 ``build`` takes the key tuples of a flattened container and raises the errors (a
 ``Fault``, which the calling API words): an unknown key, a key given twice, a scripted
-module, ``strict`` misses. One set of node
-functions (``_Node``, ``_node_at``, ``_add_leaf``) finds a key's module and slot. It runs
-in eager: for the eager plan cache (``plan.py``), for the traced front at trace time
+module, ``strict`` misses. One set of node functions (``_Node``, ``_node_at``,
+``_add_leaf``) finds a key's module, and ``tree.Slots`` (the one name -> slot rule) its
+slot. It runs in eager: for the eager plan cache (``plan.py``), for the traced front at trace time
 (``traced.py``, which turns the plan into a Route), and, traced, for whatever a Route does
 not cover (the generic path). ``complete`` adds the tied aliases and checks ``strict``.
 """
@@ -20,10 +20,10 @@ from torch.nn.utils import parametrize
 from .. import _errors
 from .._errors import Fault, UnknownKey
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
-from .tree import slot_of, strip, unwrap_for_keys
+from .tree import Slots, strip, unwrap_for_keys
 from .types import Key, Link, Node, Plan, SlotKind, SlotRef, TreeReads, new_entry
 
-PARAMETER = SlotKind.PARAMETER
+PARAMETER, ATTRIBUTE = SlotKind.PARAMETER, SlotKind.ATTRIBUTE
 
 
 def build(
@@ -152,62 +152,31 @@ def _node_at(prefix: str, nodes: dict[str, _Node], plan: Plan, reads: TreeReads)
     return node
 
 
-class _Node:
-    """What the build reads of a module, once: its dicts and the names they hold.
-    ``tuple(d)``, not ``d``: traced, ``name in d`` reads the value too (``slot_of``).
-    The buffer names are read when a name is not a parameter's (``_add_other``): traced,
-    each dict read is two guards (its type and its keys) on every call, and most modules'
-    keys are all parameters."""
+class _Node(Slots):
+    """A module on a key's path, as the build reads it once: its slots (``Slots``: the one
+    name -> slot rule) and its place in ``plan.owners``."""
 
-    __slots__ = (
-        "attributes",
-        "buffer_names",
-        "buffers",
-        "index",
-        "owner",
-        "parameter_names",
-        "parameters",
-    )
+    __slots__ = ("index",)
 
     def __init__(self, owner: nn.Module, plan: Plan) -> None:
         if isinstance(owner, nn.RNNBase):
             plan.rnns.append(weakref.ref(owner))
-        self.owner = owner
-        self.attributes = owner.__dict__
+        Slots.__init__(self, owner)  # not super(): traced, fewer Dynamo steps per module
         self.index = len(plan.owners)  # its place in plan.owners
-        plan.owners.append(self.attributes)
-        self.parameters = owner._parameters
-        self.buffers = owner._buffers
-        self.parameter_names = tuple(self.parameters)
-        self.buffer_names: tuple[str, ...] | None = None
+        plan.owners.append(owner.__dict__)
 
 
 def _add_leaf(node: _Node, name: str, index: int, plan: Plan) -> bool:
-    """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``."""
+    """The entry of ``name`` in ``node``'s module (value: leaf ``index``), or ``False``.
+    A parameter's name is the rule's first case, asked here without a call: traced (the
+    generic path), each call is Dynamo steps per leaf, and most names are parameters'."""
     if name in node.parameter_names:
         plan.add(node.parameters, name, index, PARAMETER, node.index)
         return True
-    return _add_other(node, name, index, plan)
-
-
-def _add_other(node: _Node, name: str, index: int, plan: Plan) -> bool:
-    """A name that is not one of the node's parameters (the rest of ``slot_of``, a call
-    only for these): a buffer's entry, the module's buffer names read on first need, else
-    a plain tensor attribute's, or ``False``."""
-    if node.buffer_names is None:
-        node.buffer_names = tuple(node.buffers)
-    if name in node.buffer_names:
-        plan.add(node.buffers, name, index, SlotKind.BUFFER, node.index)
-        return True
-    return _add_attribute(node, name, index, plan)
-
-
-def _add_attribute(node: _Node, name: str, index: int, plan: Plan) -> bool:
-    """A name in neither dict: a plain tensor attribute's entry, or ``False``."""
-    found = slot_of(node.owner, name)
-    if found is None:
+    kind = node.kind_of(name)
+    if kind is None:
         return False
-    slot, kind = found
-    plan.has_attributes = True
-    plan.add(slot, name, index, kind, node.index)
+    if kind is ATTRIBUTE:
+        plan.has_attributes = True
+    plan.add(node.dict_of(kind), name, index, kind, node.index)
     return True

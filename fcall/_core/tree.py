@@ -3,8 +3,8 @@
 One unwrap (``unwrap``: ``torch.compile``'s ``OptimizedModule`` and DDP), one rule for the
 prefixes a key may carry (``unwrap_for_keys``), a path -> submodule resolver for the fronts
 and the registration hooks (``owner_at``; the builder walks each key's path itself, recording
-the modules it reads, and the trace reaches a Route's owners by ``traced.descend``) and one name ->
-slot rule (``slot_of``), for every front and the builder.
+the modules it reads, and the trace reaches a Route's owners by ``traced.descend``) and one
+name -> slot rule (``Slots``), for every front and the builder.
 """
 
 from __future__ import annotations
@@ -51,17 +51,40 @@ def strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
     return key
 
 
-def slot_of(owner: nn.Module, name: str) -> tuple[dict, SlotKind] | None:
-    """The dict of ``owner`` that holds ``name``, and its kind; ``None`` if none does."""
-    # `in tuple(d)`, not `in d`: traced, `name in d` reads the value too, which makes
-    # the module's own tensor a graph input guarded on every call.
-    if name in tuple(owner._parameters):
-        return owner._parameters, SlotKind.PARAMETER
-    if name in tuple(owner._buffers):
-        return owner._buffers, SlotKind.BUFFER
-    if isinstance(owner.__dict__.get(name), torch.Tensor):
-        return owner.__dict__, SlotKind.ATTRIBUTE
-    return None
+class Slots:
+    """The one name -> slot rule, over one module: a name is its parameter's, else its
+    buffer's, else a plain tensor attribute's (``kind_of``). The names of each dict are read
+    once, as a tuple (traced, ``name in d`` reads the value too, which makes the module's own
+    tensor a graph input guarded on every call), the buffers' only when a name is not a
+    parameter's (traced, each dict read is two guards on every call, and most keys name
+    parameters)."""
+
+    __slots__ = ("buffer_names", "buffers", "owner", "parameter_names", "parameters")
+
+    def __init__(self, owner: nn.Module) -> None:
+        self.owner = owner
+        self.parameters = owner._parameters
+        self.buffers = owner._buffers
+        self.parameter_names = tuple(self.parameters)
+        self.buffer_names: tuple[str, ...] | None = None
+
+    def kind_of(self, name: str) -> SlotKind | None:
+        """Which dict of the module holds ``name``; ``None`` if none does."""
+        if name in self.parameter_names:
+            return SlotKind.PARAMETER
+        if self.buffer_names is None:
+            self.buffer_names = tuple(self.buffers)
+        if name in self.buffer_names:
+            return SlotKind.BUFFER
+        if isinstance(self.owner.__dict__.get(name), torch.Tensor):
+            return SlotKind.ATTRIBUTE
+        return None
+
+    def dict_of(self, kind: SlotKind) -> dict:
+        """The module's dict of slots of ``kind``."""
+        if kind is SlotKind.PARAMETER:
+            return self.parameters
+        return self.buffers if kind is SlotKind.BUFFER else self.owner.__dict__
 
 
 def owner_of(root: Any, name: str) -> nn.Module | None:

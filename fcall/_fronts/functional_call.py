@@ -31,7 +31,7 @@ from .. import _errors
 from .._core.engine import restore, swap_in, write_back
 from .._core.flatten import Leaves, flatten
 from .._core.ties import all_named_tensors, names_and_ties
-from .._core.tree import owner_at, slot_of, strip, unwrap, unwrap_for_keys
+from .._core.tree import Slots, owner_at, strip, unwrap, unwrap_for_keys
 from .._core.types import Swap
 from .._errors import Fault
 from . import parametrized
@@ -235,7 +235,7 @@ def _split(params: Any, module: nn.Module) -> _Split:
         stripped = strip(root, key, prefixes)
         owner = owner_at(root, stripped[:-1])
         name = stripped[-1]
-        if owner is not None and slot_of(owner, name) is not None:
+        if owner is not None and Slots(owner).kind_of(name) is not None:
             known[".".join(key)] = value
             leaf_of.append(leaf)
             given.append(".".join(stripped))
