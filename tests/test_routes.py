@@ -16,9 +16,9 @@ from torch import nn
 import fcall
 from fcall._core import flatten as _flatten
 from fcall._core import traced as _traced
+from fcall._core.bind import bind, pick, reach
 from fcall._core.build import build
 from fcall._core.routes import Generic, route_of_dict, route_of_tensordict
-from fcall._core.traced import descend, modules_of, pick
 from fcall._core.tree import unwrap
 from fcall._core.types import DictLevel, attributes_of
 from tests.support import Net, Tied, flat
@@ -26,8 +26,8 @@ from tests.support import Net, Tied, flat
 
 def _generic(params, module, tie_weights=True):
     leaves = _flatten.flatten(params)
-    plan = build(module, leaves.keys, tie_weights=tie_weights, strict=False)
-    return plan, leaves
+    layout = build(module, leaves.keys, tie_weights=tie_weights, strict=False)
+    return bind(layout, *reach(layout, unwrap(module)[0]), False), leaves
 
 
 def _routed(params, module, tie_weights=True):
@@ -44,11 +44,9 @@ def _routed(params, module, tie_weights=True):
         if isinstance(route, Generic):
             return route
         values = _traced._tensordict_values(params, route)
-    owners = descend([unwrap(module)[0]], route.owners, modules_of)
-    dicts = [owner._parameters for owner in owners]
-    dicts += [owners[i]._buffers for i in route.buffer_owners]
-    slots = pick(dicts, route.slots)
-    return route, [(id(slot), name) for slot, name in zip(slots, route.names)], values
+    _, dicts = reach(route.layout, unwrap(module)[0])
+    slots = pick(dicts, route.layout.slots)
+    return route, [(id(slot), name) for slot, name in zip(slots, route.layout.names)], values
 
 
 class WithAttribute(nn.Module):
@@ -109,15 +107,12 @@ def _columns(plan, values):
 
 @pytest.mark.parametrize("case", _cases(), ids=lambda case: case[0])
 def test_a_routes_plan_is_the_generic_plan_bound_by_descent(case):
-    """The plan a Route binds in the trace (``traced._plan``) has the generic plan's columns:
+    """The plan a Route binds in the trace (``bind.bind``) has the generic plan's columns:
     each entry's slot, name, value, kind and owner's ``__dict__`` (read from the owner
     modules, where the generic plan keeps the dicts)."""
     _, params, module = case
     route, _, values = _routed(params, module, tie_weights=False)
-    owners = descend([unwrap(module)[0]], route.owners, modules_of)
-    dicts = [owner._parameters for owner in owners]
-    dicts += [owners[i]._buffers for i in route.buffer_owners]
-    plan = _traced._plan(route, pick(dicts, route.slots), owners, None)
+    plan = bind(route.layout, *reach(route.layout, unwrap(module)[0]), True)
     assert plan.owners_are_modules
     generic, leaves = _generic(params, module, tie_weights=False)
     assert not generic.owners_are_modules

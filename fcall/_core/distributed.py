@@ -72,14 +72,14 @@ def prepare(
     return None
 
 
-def classified(module: nn.Module, plan: Plan) -> Distributed:
-    """What ``plan``'s tree is (``plan.distributed``, set on the plan's first use)."""
+def classified(module: nn.Module, owners: list[nn.Module]) -> Distributed:
+    """What the tree of a plan is (``plan.distributed``): ``owners``, its owner modules (the
+    root and each module on a key's path), found by ``bind.reach``."""
     if FSDPModule is None:  # torch built without distributed support
         return Distributed.NONE
-    root, prefixes = unwrap(module)
-    if _is_fsdp(root, plan):
+    if _is_fsdp(owners):
         return Distributed.FSDP
-    return Distributed.DDP if "module" in prefixes else Distributed.NONE
+    return Distributed.DDP if "module" in unwrap(module)[1] else Distributed.NONE
 
 
 def copy_in(swap: Swap, values: Sequence[Any]) -> None:
@@ -90,12 +90,9 @@ def copy_in(swap: Swap, values: Sequence[Any]) -> None:
     copy_into(sharded.shards, values, swap.non_blocking)
 
 
-def _is_fsdp(root: nn.Module, plan: Plan) -> bool:
-    if isinstance(root, FSDPModule):
-        return True
-    assert plan.reads is not None  # a Route's plan is classified by traced.py
-    for link in plan.reads.chain:  # a loop, not any(generator): traced on every compile
-        if isinstance(link.child, FSDPModule):
+def _is_fsdp(owners: list[nn.Module]) -> bool:
+    for owner in owners:  # a loop, not any(generator): traced on every compile
+        if isinstance(owner, FSDPModule):
             return True
     return False
 

@@ -75,8 +75,6 @@ def swap_in(params: Any, module: nn.Module, strict: bool, tie_weights: bool) -> 
 def prepare(module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, non_blocking: bool) -> Swap:
     """Read the old values and decide what each slot receives; nothing is written.
     ``StalePlan`` if a cached plan names a slot that is gone."""
-    if plan.distributed is None:  # FSDP2, DDP or neither: decided on the plan's first use
-        plan.distributed = distributed.classified(module, plan)
     if plan.distributed is not NONE:
         sharded = distributed.prepare(module, plan, leaves, mode, non_blocking, read_slots)
         if sharded is not None:

@@ -4,10 +4,12 @@
 the steps after it). In eager the plan comes from a cache, per module and per key structure
 (``_cached_plan``), checked before each reuse (``Staleness``) and rebuilt if the module changed.
 While tracing it is decided at trace time through a Route (``traced.py``), or built in the
-trace (the generic path: ``build``, whose errors are the eager ones). The plan itself (each
-key to its slot) is ``types.Plan``; ``build.py`` makes it.
+trace (the generic path: ``build``, whose errors are the eager ones). Either way ``build.py``
+makes a layout (``types.PlanLayout``: names and indexes) and ``bind.py`` binds it to the
+module (``types.Plan``: each key to its slot).
 
-The staleness check, one row per module on a key's path (``Row``): the submodule is still the
+The staleness check, one row per module on a key's path (``Row``: the owners ``bind.reach``
+descended to): the submodule is still the
 same object, its ``_parameters`` (and, where the plan swaps a buffer of it or ``strict=True``
 asks for all, its ``_buffers``) still has the same size; tied names still share one tensor;
 and, for ``tie_weights`` / ``strict`` plans, ``TieWatch``: every parameter and submodule slot
@@ -31,11 +33,12 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from . import traced
+from . import distributed, traced
+from .bind import bind, reach
 from .build import build
 from .flatten import Leaves, flatten_eager, flatten_generic
 from .tree import unwrap
-from .types import Plan, SlotKind, SlotRef, StalePlan
+from .types import BUFFER, PARAMETER, Levels, Plan, PlanLayout, SlotKind, SlotRef, StalePlan
 
 _MAX_PLANS_PER_MODULE = 16
 
@@ -56,7 +59,10 @@ def resolve(
         if routed is not None:
             return routed
         leaves = flatten_generic(params)
-        plan = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=True)
+        layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=True)
+        owners, dicts = reach(layout, unwrap(module)[0])
+        plan = bind(layout, owners, dicts, True)
+        plan.distributed = distributed.classified(module, owners)
         return plan, leaves
     leaves = flatten_eager(params)
     return _cached_plan(module, leaves, tie_weights, strict), leaves
@@ -110,14 +116,28 @@ def _cached_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: b
     else:
         found = cached.plans.get(signature)
     if found is None or not found.staleness.holds():
-        plan = build(module, leaves.keys, tie_weights=tie_weights, strict=strict)
-        staleness = Staleness(plan, unwrap(module)[0], watch=tie_weights or strict, strict=strict)
-        found = CachedPlan(plan, staleness)
+        found = _new_plan(module, leaves, tie_weights, strict)
         if len(cached.plans) >= _MAX_PLANS_PER_MODULE:
             cached.plans.pop(next(iter(cached.plans)))
         cached.plans[signature] = found
     cached.last_signature, cached.last_plan = signature, found
     return found.plan
+
+
+def _new_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool) -> CachedPlan:
+    """The plan of ``leaves`` in ``module``, built, bound (eager), and how to tell it is stale."""
+    layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict)
+    root = unwrap(module)[0]
+    owners, dicts = reach(layout, root)
+    plan = bind(layout, owners, dicts, False)
+    plan.distributed = distributed.classified(module, owners)
+    kinds = plan.kinds  # slot_values' bulk conversion: the leaves of each kind's entries
+    parameter_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is PARAMETER]
+    if len(parameter_leaves) != len(kinds):
+        plan.parameter_leaves = parameter_leaves
+    plan.buffer_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is BUFFER]
+    staleness = Staleness(plan, layout, owners, watch=tie_weights or strict, strict=strict)
+    return CachedPlan(plan, staleness)
 
 
 def _new_entry(module: nn.Module) -> _ModulePlans:
@@ -153,24 +173,30 @@ class Staleness:
 
     __slots__ = ("rows", "tie_groups", "watch")
 
-    def __init__(self, plan: Plan, root: nn.Module, *, watch: bool, strict: bool) -> None:
-        reads = plan.reads
-        assert reads is not None  # a built plan's (build.py)
+    def __init__(
+        self,
+        plan: Plan,
+        layout: PlanLayout,
+        owners: list[nn.Module],
+        *,
+        watch: bool,
+        strict: bool,
+    ) -> None:
         watched = _watched_buffers(plan, strict)
         self.rows = [
-            Row(
-                link.parent_modules,
-                link.name,
-                link.child,
-                *_sized(link.child._parameters, watched(link.child._buffers)),
-            )
-            for link in reads.chain
+            Row(parent._modules, name, child, *_sized(child._parameters, watched(child._buffers)))
+            for parent, name, child in _links(layout.owners, owners)
         ]
-        if reads.root_dicts is not None:
-            parameters, buffers = reads.root_dicts
-            self.rows.append(Row(_NO_PARENT, "", None, *_sized(parameters, watched(buffers))))
-        self.tie_groups = reads.tie_groups
-        self.watch = TieWatch(root, list(zip(plan.slots, plan.slot_names))) if watch else None
+        if 0 in layout.owner_of_entry:  # the root owns an entry
+            root = owners[0]
+            self.rows.append(
+                Row(_NO_PARENT, "", None, *_sized(root._parameters, watched(root._buffers)))
+            )
+        self.tie_groups = [
+            [SlotRef(plan.slots[i], plan.slot_names[i]) for i in group]
+            for group in layout.tie_groups
+        ]
+        self.watch = TieWatch(owners[0], list(zip(plan.slots, plan.slot_names))) if watch else None
 
     def holds(self) -> bool:
         """Whether the module tree still has the structure the plan was built on."""
@@ -219,6 +245,26 @@ class TieWatch:
         self.values = list(map(dict.get, dicts, names))
         self.sized = sized
         self.sizes = list(map(len, sized))
+
+
+class _Link(NamedTuple):
+    """An owner below the root, and where its parent holds it."""
+
+    parent: nn.Module
+    name: str
+    child: nn.Module
+
+
+def _links(levels: Levels, owners: list[nn.Module]) -> list[_Link]:
+    """Each owner below the root: ``owners`` are ``reach``'s, the root first, then ``levels``
+    a level at a time."""
+    links = []
+    above, start = 0, 1  # where the level above and this level begin in `owners`
+    for parents, names in zip(levels.parents, levels.names):
+        for offset, (parent, name) in enumerate(zip(parents, names)):
+            links.append(_Link(owners[above + parent], name, owners[start + offset]))
+        above, start = start, start + len(parents)
+    return links
 
 
 def _watched_buffers(plan: Plan, strict: bool) -> Any:

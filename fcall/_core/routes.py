@@ -1,8 +1,10 @@
-"""Routes: a swap's plan as names and indexes, built in eager from the one builder's plan.
+"""Routes: a swap's layout and what its trace checks, decided in eager at trace time.
 
 A ``Route`` is what a traced swap (``fcall/_core/traced.py``) needs of a plan and nothing of the
-instance it was built on: which owner modules to reach from the root (``Levels``), which of
-their dicts each value goes into, under which name, and where each value is in the params.
+instance it was built on: the one builder's layout (which owner modules to reach from the root,
+which of their dicts each value goes into, under which name), the keys of those dicts the
+trace compares, and where each value is in the params. The layout is bound here, in eager, by
+the trace's own code (``bind.py``), to read what the trace will check.
 It is built at trace time from the real module and keys: ``route_of_dict`` for a dict (whose
 structure the trace read), ``route_of_tensordict`` for a TensorDict (read here); where no
 Route covers the swap, the reason it takes the generic path (``Generic``).
@@ -23,11 +25,12 @@ from torch import nn
 
 from .._compat import SKIPPED_TENSOR_GUARDS
 from .._errors import Fault
-from .build import build
+from .bind import bind, reach
+from .build import build, levels_of
 from .registration import dict_groups
 from .slot_values import Into, into, reads_old
 from .tree import unwrap
-from .types import ROOT_NODE, DictLevel, Key, Node, Plan, SlotKind
+from .types import ROOT_NODE, DictLevel, Key, Levels, Node, Plan, PlanLayout
 
 
 class Generic(enum.Enum):
@@ -54,16 +57,6 @@ class Generic(enum.Enum):
     NOT_TRACED_TENSORS = "to_module's PRESERVE: a value that is not a traced tensor"
 
 
-class Levels(NamedTuple):
-    """How the trace reaches the nodes of a tree below its root, a level at a time: the
-    nodes of a level are ``node[name]`` of nodes of the level above."""
-
-    parents: tuple[tuple[int, ...], ...]
-    """Per level, the index of each node's parent in the level above."""
-    names: tuple[tuple[str, ...], ...]
-    """Per level, each node's name in its parent."""
-
-
 class Preserve(NamedTuple):
     """``to_module``'s ``PRESERVE`` rule for a Route's entries, decided on the real values
     and old tensors (``fcall/_core/slot_values.py``'s rule)."""
@@ -86,26 +79,15 @@ class Preserve(NamedTuple):
 
 
 class Route(NamedTuple):
-    """A plan for the trace: where each value goes, as indexes and names."""
+    """A plan for the trace: the builder's layout, and what the trace checks and reads of the
+    module and the params, as indexes and names."""
 
-    owners: Levels
-    """The owner modules below the root; the trace lists them root first, level by level."""
+    layout: PlanLayout
+    """Where each value goes (``bind.bind`` binds it in the trace)."""
     owner_keys: tuple[tuple[str, ...], ...]
     """Per owner, the names in its ``_parameters``, as the Route was built on."""
-    buffer_owners: tuple[int, ...]
-    """The owners whose ``_buffers`` hold a swapped name."""
     buffer_keys: tuple[tuple[str, ...], ...]
-    """Per buffer owner, the names in its ``_buffers``."""
-    slots: tuple[int, ...]
-    """Per entry, its dict: an owner's ``_parameters``, or (from ``len(owner_keys)`` on) the
-    ``_buffers`` of ``buffer_owners[i - len(owner_keys)]``."""
-    names: tuple[str, ...]
-    """Per entry, its name in that dict."""
-    buffers: tuple[bool, ...]
-    """Per entry, whether it is a buffer's (else a parameter's). Not ``SlotKind``: Dynamo
-    guards an enum member it hashes, and a guard on a part of a constant cannot be built."""
-    owner_of_entry: tuple[int, ...]
-    """Per entry, its owner."""
+    """Per buffer owner (``PlanLayout.buffer_owners``), the names in its ``_buffers``."""
     dotted: tuple[str, ...]
     """Per entry, its params key, dotted (the old values' keys)."""
     nodes: Levels | None
@@ -185,7 +167,7 @@ def route_of_tensordict(
     declined = _walk(entries, (), 0, 0, tree)
     if declined is not None:
         return declined
-    levels, order = _levels(tree.nodes)
+    levels, order = levels_of(tree.nodes)
     facts = functools.partial(_facts_of, tree.values) if preserve else None
     route = _route(module, tree.keys, tie_weights, facts)
     if isinstance(route, Generic):
@@ -242,32 +224,15 @@ def _facts_of(values: list[Any]) -> list[ValueFacts]:
     return [ValueFacts(isinstance(value, nn.Parameter), value.requires_grad) for value in values]
 
 
-def _levels(nodes: list[Node]) -> tuple[Levels, list[int]]:
-    """``nodes`` (the root first) as Levels, and the trace's order of the nodes (root first,
-    level by level) as a list of their indexes in ``nodes``."""
-    order = [0]
-    parents: list[tuple[int, ...]] = []
-    names: list[tuple[str, ...]] = []
-    depth = 1
-    while True:
-        above = {n: i for i, n in enumerate(n for n in order if nodes[n].depth == depth - 1)}
-        level = [i for i, node in enumerate(nodes) if node.depth == depth]
-        if not level:
-            return Levels(tuple(parents), tuple(names)), order
-        parents.append(tuple(above[nodes[i].parent] for i in level))
-        names.append(tuple(nodes[i].name for i in level))
-        order.extend(level)
-        depth += 1
-
-
 def _route(
     module: nn.Module,
     keys: list[Key],
     tie_weights: bool,
     facts: Callable[[], list[ValueFacts] | None] | None,
 ) -> Route | Generic:
-    """The Route of ``keys`` in ``module``: the one builder's plan, as names and indexes;
-    with ``facts`` (``to_module``'s ``PRESERVE``), what each value goes in as."""
+    """The Route of ``keys`` in ``module``: the one builder's layout, bound here in eager to
+    read what the trace checks; with ``facts`` (``to_module``'s ``PRESERVE``), what each
+    value goes in as."""
     root, prefixes = unwrap(module)
     if "module" in prefixes:
         return Generic.DDP
@@ -276,18 +241,18 @@ def _route(
     if not keys:
         return Generic.NO_KEYS
     try:
-        plan = build(module, keys, tie_weights=tie_weights, strict=False)
+        layout = build(module, keys, tie_weights=tie_weights, strict=False)
     except Fault:  # the builder's own errors: the generic path raises them, traced
         return Generic.BUILDER_RAISED
-    declined = _declined(plan)
+    declined = _declined(layout)
     if declined is not None:
         return declined
-    tree = _owner_tree(plan)
-    if isinstance(tree, Generic):
-        return tree
-    slots = _slots(plan, tree)
-    if isinstance(slots, Generic):
-        return slots
+    owners, dicts = reach(layout, root)
+    if len({id(owner) for owner in owners}) != len(owners):
+        return Generic.REPEATED  # a module at two paths (no slot of it named twice)
+    if any(type(dicts[slot]) is not dict for slot in set(layout.slots)):
+        return Generic.DICT_SUBCLASS
+    plan = bind(layout, owners, dicts, False)
     preserve: Preserve | None = None
     if facts is not None:
         found = facts()
@@ -297,16 +262,11 @@ def _route(
         if isinstance(decided, Generic):
             return decided
         preserve = decided
-    moved = _moved_groups(plan, slots)
+    moved = _moved_groups(plan, dicts)
     return Route(
-        owners=tree.levels,
-        owner_keys=slots.owner_keys,
-        buffer_owners=slots.buffer_owners,
-        buffer_keys=slots.buffer_keys,
-        slots=slots.slots,
-        names=tuple(plan.slot_names),
-        buffers=tuple(kind is SlotKind.BUFFER for kind in plan.kinds),
-        owner_of_entry=slots.owner_of_entry,
+        layout=layout,
+        owner_keys=tuple(map(tuple, dicts[: len(owners)])),
+        buffer_keys=tuple(map(tuple, dicts[len(owners) :])),
         dotted=tuple(".".join(key) for key in keys),
         nodes=None,
         node_keys=(),
@@ -318,84 +278,17 @@ def _route(
     )
 
 
-def _declined(plan: Plan) -> Generic | None:
-    """Why the builder's ``plan`` takes the generic path, if it does."""
-    reads = plan.reads
-    assert reads is not None  # build's
-    if plan.rnns:
+def _declined(layout: PlanLayout) -> Generic | None:
+    """Why the builder's ``layout`` takes the generic path, if it does."""
+    if layout.rnn_owners:
         return Generic.RNN
-    if plan.repeated:
+    if layout.repeated:
         return Generic.REPEATED
-    if reads.tie_groups or len(plan.slots) != plan.given:  # the tied names added
+    if layout.tie_groups or len(layout.slots) != layout.given:  # the tied names added
         return Generic.TIED
-    if plan.has_attributes:
+    if layout.has_attributes:
         return Generic.ATTRIBUTE
     return None
-
-
-class _OwnerTree(NamedTuple):
-    """The owner modules of a plan, as the trace reaches them."""
-
-    levels: Levels
-    """How the trace reaches them from the root."""
-    owners: list[dict[str, Any]]
-    """The owners' ``__dict__`` (``Plan.owners``) in the trace's order (root first, level by
-    level)."""
-    position: dict[int, int]
-    """An owner's index in the plan -> its place in ``owners``."""
-
-
-def _owner_tree(plan: Plan) -> _OwnerTree | Generic:
-    """The plan's owners as the trace reaches them (the builder's tree of them); a module
-    at two paths (two owners, one ``__dict__``) takes the generic path."""
-    if len({id(owner) for owner in plan.owners}) != len(plan.owners):
-        return Generic.REPEATED
-    assert plan.reads is not None  # build's
-    levels, order = _levels(plan.reads.owner_nodes)
-    position = {owner: place for place, owner in enumerate(order)}
-    return _OwnerTree(levels, [plan.owners[i] for i in order], position)
-
-
-class _Slots(NamedTuple):
-    """Where each entry's value goes, as indexes (``Route``'s fields of the same names)."""
-
-    owner_keys: tuple[tuple[str, ...], ...]
-    buffer_owners: tuple[int, ...]
-    buffer_keys: tuple[tuple[str, ...], ...]
-    slots: tuple[int, ...]
-    owner_of_entry: tuple[int, ...]
-    of_dict: dict[int, int]
-    """``id()`` of a slot dict -> its index (an owner's ``_parameters``, then ``_buffers``)."""
-
-
-def _slots(plan: Plan, tree: _OwnerTree) -> _Slots | Generic:
-    """Each entry's dict as an index: an owner's ``_parameters``, or (from ``len(owners)``
-    on) a buffer owner's ``_buffers`` (a slot named twice was declined already: the builder's
-    eager plan marks it ``repeated``, ``_declined``)."""
-    owners = tree.owners
-    buffer_owners: list[int] = []
-    slots: list[int] = []
-    owner_of_entry: list[int] = []
-    for slot, kind, owner_index in zip(plan.slots, plan.kinds, plan.owner_of_entry):
-        owner = tree.position[owner_index]
-        if type(slot) is not dict:
-            return Generic.DICT_SUBCLASS
-        if kind is SlotKind.PARAMETER:
-            slots.append(owner)
-        elif owner in buffer_owners:
-            slots.append(len(owners) + buffer_owners.index(owner))
-        else:
-            buffer_owners.append(owner)
-            slots.append(len(owners) + len(buffer_owners) - 1)
-        owner_of_entry.append(owner)
-    return _Slots(
-        owner_keys=tuple(tuple(owner["_parameters"]) for owner in owners),
-        buffer_owners=tuple(buffer_owners),
-        buffer_keys=tuple(tuple(owners[i]["_buffers"]) for i in buffer_owners),
-        slots=tuple(slots),
-        owner_of_entry=tuple(owner_of_entry),
-        of_dict={id(dict_): slot for dict_, slot in zip(plan.slots, slots)},
-    )
 
 
 class _Group(NamedTuple):
@@ -405,16 +298,17 @@ class _Group(NamedTuple):
     names: list[str]
 
 
-def _moved_groups(plan: Plan, slots: _Slots) -> list[_Group]:
-    """to_module's registration order: registration's groups, each dict as its slot index.
-    A dict that already ends with its names, in order, is left as it is (the trace checks
-    its keys, in order, against these: ``traced.resolve``)."""
-    keys_of = [*slots.owner_keys, *slots.buffer_keys]
-    groups = (_Group(slots.of_dict[id(group.slot)], group.names) for group in dict_groups(plan))
+def _moved_groups(plan: Plan, dicts: tuple[dict, ...]) -> list[_Group]:
+    """to_module's registration order: registration's groups, each dict as its index in
+    ``dicts`` (``bind.reach``'s). A dict that already ends with its names, in order, is left
+    as it is (the trace checks its keys, in order, against these: ``traced.resolve``)."""
+    index_of = {id(slot): index for index, slot in enumerate(dicts)}
+    groups = (_Group(index_of[id(group.slot)], group.names) for group in dict_groups(plan))
     return [
         group
         for group in groups
-        if keys_of[group.slot][len(keys_of[group.slot]) - len(group.names) :] != tuple(group.names)
+        if tuple(dicts[group.slot])[len(dicts[group.slot]) - len(group.names) :]
+        != tuple(group.names)
     ]
 
 

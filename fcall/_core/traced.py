@@ -3,13 +3,14 @@ only reads, writes and restores.
 
 Under Dynamo every Python step of the plan builder is compile time, per leaf. So the plan
 is not traced: ``comptime`` hands Dynamo's view of the caller's locals to ``_decide`` at
-trace time, which runs the one builder (``_build.build``) in eager on the real module and
-keys, and turns its plan into a ``Route``: names and indexes only, no object of this
-instance, so that one compiled frame serves every instance of the architecture.
+trace time, which runs the one builder (``build.build``) in eager on the real module and
+keys, and hands its layout to the trace in a ``Route``: names and indexes only, no object of
+this instance, so that one compiled frame serves every instance of the architecture.
 ``_decided`` (an ``assume_constant_result`` function of no argument) gives the Route to
-the trace as a constant, with no guard. The trace then reaches the owner modules and the
-params' nodes level by level, and reads and writes the slots, through builtins (``map``,
-``getattr``, ``dict.__getitem__``) that Dynamo runs without stepping through bytecode.
+the trace as a constant, with no guard. The trace then binds the layout (``bind.reach``,
+``bind.bind``: the owner modules level by level, their dicts) and reaches the params' nodes,
+and reads and writes the slots, through builtins (``map``, ``getattr``, ``dict.__getitem__``)
+that Dynamo runs without stepping through bytecode.
 
 Those same reads are the guards that keep the Route sound: each owner is reached through
 its parent's ``_modules`` (the path, the module types), each owner's ``_parameters`` keys
@@ -46,10 +47,10 @@ from .._compat import (
     real_object,
     tensor_facts,
 )
+from .bind import bind, descend, entries_of, pick, reach
 from .flatten import Leaves, wrapped
 from .routes import (
     Generic,
-    Levels,
     Route,
     ValueFacts,
     route_of_dict,
@@ -57,7 +58,7 @@ from .routes import (
 )
 from .slot_values import TRACEABLE_PARAMETER
 from .tree import unwrap
-from .types import KIND_OF_BUFFER, DictGroup, DictLevel, Distributed, Plan
+from .types import DictGroup, DictLevel, Plan
 
 _repeat = itertools.repeat
 
@@ -101,22 +102,20 @@ def resolve(
         made = ()
         if level_values is None:  # a TensorDict's values read now (a dict's: _dict_shape)
             tuple(map(isinstance, values, _repeat(torch.Tensor)))  # see fcall/README.md
-    root, _ = unwrap(module)
-    owners = descend([root], route.owners, modules_of)
-    parameters = tuple(map(getattr, owners, _repeat("_parameters")))
-    if not _same(tuple(map(tuple, parameters)), route.owner_keys):
+    layout = route.layout
+    owners, dicts = reach(layout, unwrap(module)[0])
+    if not _same(tuple(map(tuple, dicts[: len(owners)])), route.owner_keys):
         return None
-    dicts = parameters
-    if route.buffer_owners:
-        buffers = tuple(map(getattr, pick(owners, route.buffer_owners), _repeat("_buffers")))
-        if not _same(tuple(map(tuple, buffers)), route.buffer_keys):
+    buffers = dicts[len(owners) :]  # a Route's layout has no attribute's slot
+    if buffers and not _same(tuple(map(tuple, buffers)), route.buffer_keys):
+        return None
+    plan = bind(layout, owners, dicts, True)
+    plan.names = list(route.dotted)  # the keys as given: no prefix was stripped
+    plan.names_are_keys = True
+    if make_parameters:
+        plan.preserved = _preserved(route, values, plan.slots, made)
+        if plan.preserved is None:
             return None
-        dicts = parameters + buffers
-    slots = pick(dicts, route.slots)
-    preserved = _preserved(route, values, slots, made) if make_parameters else None
-    if make_parameters and preserved is None:
-        return None
-    plan = _plan(route, slots, owners, preserved)
     if group_by_dict:
         groups = zip(pick(dicts, route.group_slots), map(list, route.group_names))
         plan.dict_groups = list(map(tuple.__new__, _repeat(DictGroup), groups))
@@ -148,7 +147,7 @@ def _preserved(
     ``None``). ``None``: a check failed (the generic path decides)."""
     rule = route.preserve
     assert rule is not None
-    names = route.names
+    names = route.layout.names
     read = _slot_values(slots, names, rule.wrap + rule.kept)
     expected = rule.wrap_requires_grad + rule.kept_requires_grad
     if not _same(tuple(map(getattr, read, _repeat("requires_grad"))), expected):
@@ -207,60 +206,6 @@ def _tensordict_values(params: Any, route: Route) -> Sequence[Any] | None:
     if not _same(tuple(map(tuple, nodes)), route.node_keys):
         return None
     return tuple(map(dict.__getitem__, pick(nodes, route.leaf_nodes), route.leaf_names))
-
-
-def modules_of(level: Sequence[Any]) -> tuple:
-    """A module tree's containers of the next level: each module's ``_modules``."""
-    return tuple(map(getattr, level, _repeat("_modules")))
-
-
-def entries_of(level: Sequence[Any]) -> Sequence[Any]:
-    """A TensorDict tree's containers of the next level: each node's entries (``descend``
-    reads ``_tensordict`` of each node it reaches)."""
-    return level
-
-
-def descend(top: list, levels: Levels, containers: Any) -> list:
-    """The nodes of ``levels`` below ``top``: ``top`` first, then each level."""
-    found = list(top)
-    level: Sequence[Any] = top
-    for parents, names in zip(levels.parents, levels.names):
-        level = tuple(map(dict.__getitem__, containers(pick(level, parents)), names))
-        if containers is entries_of:  # a TensorDict node: its entries
-            level = tuple(map(getattr, level, _repeat("_tensordict")))
-        found.extend(level)
-    return found
-
-
-def pick(items: Sequence[Any], indexes: tuple[int, ...]) -> tuple:
-    """``[items[i] for i in indexes]`` in one builtin call (``operator.itemgetter`` is a
-    polyfill that Dynamo steps through per item)."""
-    return tuple(map(operator.getitem, _repeat(items), indexes))
-
-
-def _plan(
-    route: Route, slots: Sequence[dict], owners: Sequence[nn.Module], preserved: list[Any] | None
-) -> Plan:
-    """The engine's Plan of ``route`` in the traced module: entry ``i`` takes leaf ``i``;
-    ``preserved``: to_module's values as they go in. Its columns are builtin calls over the
-    Route's constants (nothing stepped per leaf); its owners are the modules, whose
-    ``__dict__`` (a Dynamo dict of each module's attributes, costly to build) is read only
-    where a write needs it (``types.attributes_of``)."""
-    plan = Plan()
-    plan.given = len(route.names)
-    plan.names = list(route.dotted)
-    plan.slots = list(slots)
-    plan.slot_names = list(route.names)
-    plan.leaves = list(range(plan.given))
-    plan.kinds = list(map(KIND_OF_BUFFER.__getitem__, map(int, route.buffers)))
-    plan.owner_of_entry = list(route.owner_of_entry)
-    plan.owners = list(owners)
-    plan.owners_are_modules = True
-    plan.preserved = preserved
-    plan.names_are_keys = True
-    plan.traced = True
-    plan.distributed = Distributed.NONE  # _decide checked: neither FSDP2 nor DDP
-    return plan
 
 
 # --- decided in eager, at trace time ---------------------------------------------------

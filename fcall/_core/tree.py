@@ -3,7 +3,7 @@
 One unwrap (``unwrap``: ``torch.compile``'s ``OptimizedModule`` and DDP), one rule for the
 prefixes a key may carry (``unwrap_for_keys``), a path -> submodule resolver for the fronts
 and the registration hooks (``owner_at``; the builder walks each key's path itself, recording
-the modules it reads, and the trace reaches a Route's owners by ``traced.descend``) and one
+the modules it reads, and a layout's owners are reached by ``bind.descend``) and one
 name -> slot rule (``Slots``), for every front and the builder.
 """
 

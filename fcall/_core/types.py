@@ -1,7 +1,7 @@
 """The data of a swap: how values go in (``Mode``), what kind of slot a key names
 (``SlotKind``), what kind of distributed tree a plan is for (``Distributed``), the plan
-(``Plan``: each key to its slot, as columns), what the build read of the tree beside it
-(``TreeReads``), and one applied swap (``Swap``).
+as names and indexes (``PlanLayout``: what the builder makes) and bound to a module
+(``Plan``: each key to its slot, as columns), and one applied swap (``Swap``).
 
 The enums and the NamedTuples are folded by Dynamo while it traces a swap: an enum member is
 a constant in the trace, and a NamedTuple made by ``new_entry`` is a tuple (built and unpacked
@@ -18,8 +18,6 @@ from typing import Any, NamedTuple
 
 import torch
 from torch import nn
-
-from .._compat import MODULE_DICT_TRACED
 
 Key = tuple[str, ...]
 """A params key as the names of its path: ``("0", "weight")``."""
@@ -64,12 +62,65 @@ class Distributed(enum.Enum):
 # each leaf's compile time where it is per leaf; `tuple.__new__` directly, about 4.
 new_entry = tuple.__new__
 
-# A slot's kind by whether it is a buffer's (indexed by `int(is_buffer)`: Dynamo 2.11 refuses
-# a bool index): traced, a kind picked from this global (a `map` of its `__getitem__`) is
-# guarded as the global's, where a SlotKind in the Route, a constant of the trace, would be
-# a guard on a part of a constant, which cannot be built.
-KIND_OF_BUFFER = (SlotKind.PARAMETER, SlotKind.BUFFER)
-PARAMETER, BUFFER = KIND_OF_BUFFER
+# A slot's kind by its index in a PlanLayout (``PlanLayout.kinds``): traced, a kind picked from
+# this global (a `map` of its `__getitem__`) is guarded as the global's, where a SlotKind in
+# the layout, a constant of the trace, would be a guard on a part of a constant, which cannot
+# be built.
+SLOT_KINDS = (SlotKind.PARAMETER, SlotKind.BUFFER, SlotKind.ATTRIBUTE)
+PARAMETER, BUFFER, ATTRIBUTE = SLOT_KINDS
+
+
+class Levels(NamedTuple):
+    """How the trace reaches the nodes of a tree below its root, a level at a time: the
+    nodes of a level are ``node[name]`` of nodes of the level above."""
+
+    parents: tuple[tuple[int, ...], ...]
+    """Per level, the index of each node's parent in the level above."""
+    names: tuple[tuple[str, ...], ...]
+    """Per level, each node's name in its parent."""
+
+
+class PlanLayout(NamedTuple):
+    """A plan as names and indexes, of no instance: what ``build`` makes of a module's
+    structure and a container's keys, and ``traced.bind`` binds to a module (in eager, and in
+    the trace, where a Route carries it as a constant). Entries: the given keys first, then
+    tied aliases."""
+
+    owners: Levels
+    """The owner modules below the root (the root is owner 0; then level by level)."""
+    buffer_owners: tuple[int, ...]
+    """The owners whose ``_buffers`` hold an entry's slot..."""
+    attribute_owners: tuple[int, ...]
+    """... and those whose ``__dict__`` holds one (a plain tensor attribute)."""
+    slots: tuple[int, ...]
+    """Per entry, its dict: an index into every owner's ``_parameters``, then each buffer
+    owner's ``_buffers``, then each attribute owner's ``__dict__`` (``traced.reach``)."""
+    names: tuple[str, ...]
+    """Per entry, its name in that dict."""
+    kinds: tuple[int, ...]
+    """Per entry, its kind of slot, as an index into ``SLOT_KINDS``."""
+    owner_of_entry: tuple[int, ...]
+    """Per entry, its owner."""
+    leaves: tuple[int, ...]
+    """Per entry, its value's index in the leaves (a tie: its source's; a repeated slot: the
+    first entry's)."""
+    dotted: tuple[str, ...]
+    """Per entry, its dotted module name (a given entry's: its key, the optional prefixes
+    stripped)."""
+    given: int
+    """How many entries come from the container's keys."""
+    tie_sources: tuple[tuple[int, ...], ...]
+    """The leaf indexes given for one tied tensor, a group per tensor."""
+    tie_groups: tuple[tuple[int, ...], ...]
+    """The entries whose slots held one tensor at build time, a group per tensor."""
+    repeated: tuple[int, ...]
+    """The entries whose slot an earlier entry names too (a submodule at two paths)..."""
+    repeated_first: tuple[int, ...]
+    """... and that earlier entry, for each."""
+    rnn_owners: tuple[int, ...]
+    """The owners that are RNNs (their flat weights are reset after the swap)."""
+    has_attributes: bool
+    """Whether some entry is a plain tensor attribute's."""
 
 
 class DictLevel(NamedTuple):
@@ -114,7 +165,6 @@ class Plan:
         "owners_are_modules",
         "parameter_leaves",
         "preserved",
-        "reads",
         "repeated",
         "rnns",
         "slot_names",
@@ -124,7 +174,7 @@ class Plan:
     )
 
     def __init__(self) -> None:
-        # --- per entry (build.py, or traced._plan for a Route) ---
+        # --- per entry (traced.bind, from a PlanLayout) ---
         self.slots: list[dict] = []  # the owner's _parameters, _buffers or __dict__
         self.slot_names: list[str] = []  # the entry's name in that dict
         self.leaves: list[int] = []  # its value's index in the leaves (a tie: its source's)
@@ -132,9 +182,9 @@ class Plan:
         self.owner_of_entry: list[int] = []  # its owner's index in `owners`
         self.names: list[str] = []  # its dotted module name (the given entries: the keys)
         # --- per owner module ---
-        # eager and the generic path: each owner's __dict__ (a cached plan must not keep its
-        # module alive); a Route's plan: the owner modules (`owners_are_modules`), whose
-        # __dict__ the trace reads only where a write needs it (attributes_of)
+        # eager: each owner's __dict__ (a cached plan must not keep its module alive); traced:
+        # the owner modules (`owners_are_modules`), whose __dict__ the trace reads only where a
+        # write needs it (attributes_of)
         self.owners: list[Any] = []
         self.owners_are_modules = False
         # --- the rest of the mapping ---
@@ -146,19 +196,18 @@ class Plan:
         self.traced = False  # built while Dynamo traces: nothing after resolve asks again
         # traced, with an attribute's slot, where Dynamo traces a module's __dict__ a key at a
         # time (_compat.MODULE_DICT_TRACED): the writes, the restore and read_slots go one
-        # entry at a time (set by finish(); a Route's plan has no attribute's slot)
+        # entry at a time (a Route's plan has no attribute's slot)
         self.by_entry = False
         self.direct = True  # entry i takes leaf i: no tied aliases, no repeated slot
         # entry index -> the earlier entry that names its slot too (a submodule at two
         # paths): it takes that one's value, and is never written back into params
         self.repeated: dict[int, int] = {}
-        # --- derived once by finish(), eager, for slot_values' bulk conversion: the leaf
+        # --- eager, for slot_values' bulk conversion (traced.bind): the leaf
         # indexes of the parameter entries (None: every entry is a parameter's) and of the
         # buffer entries ---
         self.parameter_leaves: list[int] | None = None
         self.buffer_leaves: list[int] = []
-        # --- beside the mapping, each written by one module ---
-        self.reads: TreeReads | None = None  # build.py's (None: a Route's plan)
+        # --- beside the mapping ---
         # traced.py's, for a Route's to_module (PRESERVE): what each leaf goes in as
         self.preserved: list[Any] | None = None
         # --- made on first use, kept with the plan ---
@@ -166,59 +215,7 @@ class Plan:
         # (registration.py; traced, the Route's grouping)
         self.dict_groups: list[DictGroup] | None = None
         self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
-        self.distributed: Distributed | None = None  # FSDP2, DDP or neither (engine.prepare)
-
-    def add(self, slot: dict, name: str, leaf: int, kind: SlotKind, owner: int) -> None:
-        """One more entry (the builder's)."""
-        self.slots.append(slot)
-        self.slot_names.append(name)
-        self.leaves.append(leaf)
-        self.kinds.append(kind)
-        self.owner_of_entry.append(owner)
-
-    def finish(self, cached: bool = True) -> Plan:
-        """Derive what the hot loops read (a plan built under Dynamo, ``cached=False``, is
-        never reused)."""
-        self.direct = len(self.slots) == self.given
-        self.traced = not cached
-        assert self.reads is not None  # finish() is the builder's
-        if cached or self.reads.may_repeat_slots:  # traced, id(slot) guards on the dict's id
-            self._find_repeated()
-        self.by_entry = self.traced and self.has_attributes and not MODULE_DICT_TRACED
-        if not cached:
-            return self
-        # eager only: slot_values' bulk conversion
-        kinds = self.kinds
-        parameter_leaves = [leaf for leaf, k in zip(self.leaves, kinds) if k is PARAMETER]
-        if len(parameter_leaves) != len(kinds):
-            self.parameter_leaves = parameter_leaves
-        self.buffer_leaves = [leaf for leaf, k in zip(self.leaves, kinds) if k is BUFFER]
-        return self
-
-    def _find_repeated(self) -> None:
-        """A submodule registered at two paths gives two entries one slot: the first
-        path's value goes in, as tensordict's ``to_module`` visits a module once. The
-        later entries take the first one's leaf and are marked ``repeated``; they are
-        written and restored as plain entries, never written back into params."""
-        first: dict[tuple[int, str], int] = {}
-        repeated = {}
-        # traced, by the owner module: a module's names are unique over its dicts, and
-        # Dynamo (torch 2.11-2.12) traces id() of a module, not of a dict
-        owners = None if self.reads is None else self.reads.owners
-        leaves = self.leaves
-        for index in range(len(self.slots)):
-            if owners is None:
-                identity = id(self.slots[index])
-            else:
-                identity = id(owners[self.owner_of_entry[index]])
-            seen = first.setdefault((identity, self.slot_names[index]), index)
-            if seen != index:
-                leaves[index] = leaves[seen]
-                repeated[index] = seen
-        if repeated:
-            self.repeated = repeated
-            self.has_attributes = True
-            self.direct = False
+        self.distributed = Distributed.NONE  # FSDP2, DDP or neither (plan.resolve)
 
 
 class Node(NamedTuple):
@@ -235,17 +232,6 @@ class Node(NamedTuple):
 ROOT_NODE = Node(-1, "", 0)
 
 
-class Link(NamedTuple):
-    """A module on a key's path, as the build reached it."""
-
-    parent_modules: dict
-    """Its parent's ``_modules``."""
-    name: str
-    """Its name there."""
-    child: nn.Module
-    """The module itself."""
-
-
 class SlotRef(NamedTuple):
     """A slot: one name in one of a module's dicts."""
 
@@ -258,28 +244,6 @@ class DictOrder(NamedTuple):
 
     slot: dict
     keys: list[str]
-
-
-@dataclass(slots=True)
-class TreeReads:
-    """What the build read of the module tree besides the entries (``build.py`` writes it):
-    the cache's ``Staleness``, the Route and the distributed check read it."""
-
-    chain: list[Link] = field(default_factory=list)
-    """Each module on a key's path, once each."""
-    owner_nodes: list[Node] = field(default_factory=lambda: [ROOT_NODE])
-    """Per owner of the plan (``Plan.owners``: the root first, then each module on a key's
-    path, once per path), where it is in the tree."""
-    root_dicts: tuple[dict, dict] | None = None
-    """The root's ``_parameters`` and ``_buffers``, if the root owns a key."""
-    tie_groups: list[list[SlotRef]] = field(default_factory=list)
-    """The slots that held one tensor at build time, a group per tensor."""
-    may_repeat_slots: bool = False
-    """Traced: the build found a tensor under two names, so ``finish`` looks for a slot
-    that two entries name (``id(slot)`` is a guard on the dict; eager always looks)."""
-    owners: list[nn.Module] | None = None
-    """Traced, where slots may repeat: each owner module, in ``Plan.owners``' order
-    (``Plan._find_repeated``)."""
 
 
 class StalePlan(Exception):
