@@ -9,7 +9,9 @@ wall-clock time the number of steps is the same on every run and machine:
 It compiles ``f(x, params)`` that swaps and calls an ``nn.Sequential`` of
 ``Linear(4, 4)`` (backend ``eager``: no code generation), once with
 ``torch.func.functional_call`` and a flat dict, once with ``fcall.swap`` and a
-nested TensorDict, and prints the steps of each and the functions that take the most.
+nested TensorDict, once with ``fcall.functional_call`` of a model whose last weight is tied to
+its first (the generic path), and prints the steps of each and the functions that take the
+most.
 """
 
 from __future__ import annotations
@@ -47,10 +49,17 @@ def with_fcall_swap(model):
     return call
 
 
-# (name, the compiled function for a model, its params: "flat" dict or "nested" TensorDict)
+def with_fcall_functional_call(model):
+    return lambda x, p: fcall.functional_call(model, p, (x,))
+
+
+# (name, the compiled function for a model, its params: "flat" dict or "nested" TensorDict;
+# "tied": a flat dict for the model with its last weight tied to its first, which no Route
+# covers: fcall's generic path, the builder traced)
 CELLS = [
     ("torch.func.functional_call (flat dict)", with_functional_call, "flat"),
     ("fcall.swap (nested TensorDict)", with_fcall_swap, "nested"),
+    ("fcall.functional_call (a tied pair: the generic path)", with_fcall_functional_call, "tied"),
 ]
 
 
@@ -63,7 +72,12 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
     leaves = args.leaves or (20 if args.quick else 200)
     model = h.Chain(leaves)
     td = fcall.from_module(model).detach().clone()
+    tied = h.Chain(leaves)
+    tied[-1].weight = tied[0].weight
+    alias = f"{len(tied) - 1}.weight"
     params = {"nested": td, "flat": h.flat(td)}
+    params["tied"] = {k: v for k, v in params["flat"].items() if k != alias}
+    models = {"nested": model, "flat": model, "tied": tied}
     x = torch.randn(8, 4)
     symbolic_convert.InstructionTranslatorBase.step = _counting_step
     totals: dict[str, dict[str, float]] = {}
@@ -73,7 +87,7 @@ def run(args: argparse.Namespace, record: h.Recorder) -> None:
             STEPS.clear()
             start = time.perf_counter()
             with torch.no_grad():
-                torch.compile(make(model), backend="eager", fullgraph=True)(x, params[kind])
+                torch.compile(make(models[kind]), backend="eager", fullgraph=True)(x, params[kind])
             totals[name] = {"steps": sum(STEPS.values()), "compile s": time.perf_counter() - start}
             print(f"{name}: {totals[name]['steps']} steps ({totals[name]['compile s']:.1f} s here)")
             for where, steps in STEPS.most_common(args.top):
