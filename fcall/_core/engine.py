@@ -33,7 +33,6 @@ from .flatten import Leaves
 from .plan import forget, read_slots, resolve
 from .registration import move_to_end, reregister, reregister_restored, run_hooks
 from .slot_values import preserved, registered_values
-from .tree import owner_of, unwrap
 from .types import (
     GONE,
     DictOrder,
@@ -101,8 +100,6 @@ def prepare(module: nn.Module, plan: Plan, leaves: Leaves, mode: Mode, non_block
         swap.new = [values[leaf] for leaf in plan.leaves]
     if mode is REPLACE or plan.has_attributes:
         swap.targets = _targets(plan, swap.new, mode)
-        if plan.traced and not MODULE_DICT_TRACED:  # a name may leave a __dict__ by delattr
-            swap.module = module
     return swap
 
 
@@ -264,13 +261,15 @@ def _restore_by_entry(swap: Swap) -> tuple[list[Any], bool]:
 def _leave_attributes(swap: Swap, index: int, attributes: dict) -> None:
     """Traced, where Dynamo traces no ``pop`` on a module's ``__dict__``
     (``_compat.MODULE_DICT_TRACED``): the name of entry ``index`` leaves its owner's
-    ``attributes`` by ``delattr`` on the owner, which removes from the ``__dict__`` a name that
-    no slot dict holds. (On torch >= 2.12 Dynamo would replay that ``delattr`` after the graph
-    as a deletion of the parameter the restore put back: there ``pop`` does it.)"""
-    name = swap.plan.slot_names[index]
+    ``attributes`` by ``delattr`` on the owner (a traced plan's owners are the modules,
+    ``bind.bind``), which removes from the ``__dict__`` a name that no slot dict holds. (On
+    torch >= 2.12 Dynamo would replay that ``delattr`` after the graph as a deletion of the
+    parameter the restore put back: there ``pop`` does it.)"""
+    plan = swap.plan
+    name = plan.slot_names[index]
     if name in attributes:  # not: forward deleted it, or registered the name elsewhere
-        assert swap.module is not None  # prepare() sets it on a traced swap
-        delattr(owner_of(unwrap(swap.module)[0], swap.plan.names[index]), name)
+        assert plan.owners_are_modules  # a traced plan's
+        delattr(plan.owners[plan.owner_of_entry[index]], name)
 
 
 def _check_deleted_slots(plan: Plan, current: Sequence[Any]) -> None:

@@ -296,6 +296,3 @@ class Swap:
     # to_module's swaps: the module whose dicts get tensordict's registration order, on
     # commit and on restore (registration.py); None: the order is kept
     reorder_in: nn.Module | None = None
-    # traced on torch 2.11 only: the module swapped into (a name leaves a __dict__ by delattr
-    # on its owner, engine._leave_attributes)
-    module: nn.Module | None = None
