@@ -3,7 +3,7 @@ pre-hook that computes a new value (issue 15, points 10 and 11). Eager twins:
 tests/test_inplace_and_state_dict.py.
 
 inplace=True: with grad mode on and parameters that require grad, the copies in and back
-run outside the graph (``fcall/_core/engine.py``, ``_copy_eagerly``). In one graph torch cannot
+run outside the graph (``fcall/_core/inplace.py``, ``_copy_eagerly``). In one graph torch cannot
 do it: AOTAutograd raises while compiling, and hiding the copy from autograd's version
 counters gives wrong gradients (``test_one_graph_would_give_wrong_gradients``).
 """
