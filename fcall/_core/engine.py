@@ -10,8 +10,8 @@ pipeline ``swap`` and ``functional_call`` share: resolve, prepare, commit.
 
 The modes (``types.Mode``): ``AS_IS`` for ``swap`` / ``functional_call``; ``PRESERVE``,
 ``REPLACE`` and ``INPLACE`` (copies into the module's own tensors, which keep their identity;
-the restore copies the saved old values back: ``inplace.py``) for ``to_module``; ``SHARDED`` for FSDP2 trees,
-whose copies ``distributed.py`` makes.
+the restore copies the saved old values back: ``inplace.py``) for ``to_module``; ``SHARDED``
+for FSDP2 trees, whose copies ``distributed.py`` makes.
 """
 
 from __future__ import annotations
