@@ -80,7 +80,7 @@ def test_a_bound_layout_puts_each_entry_in_its_slot_on_any_instance(case, traced
     other = CASES[case][0]()  # another instance of the architecture: the same layout binds
     for target in (module, other):
         plan = bind(layout, *reach(layout, target), traced)
-        assert len(plan.slots) == len(layout.names)
+        assert len(plan.slots) == len(layout.slot_names)
         for slot, name, dotted, kind in zip(plan.slots, plan.slot_names, plan.names, plan.kinds):
             assert slot is _slot_of(target, dotted, kind), dotted
             assert name == dotted.rpartition(".")[2]
@@ -89,7 +89,7 @@ def test_a_bound_layout_puts_each_entry_in_its_slot_on_any_instance(case, traced
 
 def test_the_layout_names_ties_rnns_and_repeated_slots_by_index():
     _, tied = _layout("a tie")
-    assert [[tied.dotted[i] for i in group] for group in tied.tie_groups] == [
+    assert [[tied.names[i] for i in group] for group in tied.tie_groups] == [
         ["emb.weight", "head.weight"]
     ]
     module, rnn = _layout("an RNN owner")

@@ -46,7 +46,7 @@ def _routed(params, module, tie_weights=True):
         values = _traced._tensordict_values(params, route)
     _, dicts = reach(route.layout, unwrap(module)[0])
     slots = pick(dicts, route.layout.slots)
-    return route, [(id(slot), name) for slot, name in zip(slots, route.layout.names)], values
+    return route, [(id(slot), name) for slot, name in zip(slots, route.layout.slot_names)], values
 
 
 class WithAttribute(nn.Module):

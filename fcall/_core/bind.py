@@ -51,9 +51,9 @@ def bind(
     their ``__dict__`` (a cached plan must not keep its module alive)."""
     plan = Plan()
     plan.given = layout.given
-    plan.names = list(layout.dotted)
+    plan.names = list(layout.names)
     plan.slots = list(pick(dicts, layout.slots))
-    plan.slot_names = list(layout.names)
+    plan.slot_names = list(layout.slot_names)
     plan.leaves = list(layout.leaves)
     plan.kinds = list(map(SLOT_KINDS.__getitem__, layout.kinds))
     plan.owner_of_entry = list(layout.owner_of_entry)

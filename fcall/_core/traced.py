@@ -147,7 +147,7 @@ def _preserved(
     ``None``). ``None``: a check failed (the generic path decides)."""
     rule = route.preserve
     assert rule is not None
-    names = route.layout.names
+    names = route.layout.slot_names
     read = _slot_values(slots, names, rule.wrap + rule.kept)
     expected = rule.wrap_requires_grad + rule.kept_requires_grad
     if not _same(tuple(map(getattr, read, _repeat("requires_grad"))), expected):

@@ -95,7 +95,7 @@ class PlanLayout(NamedTuple):
     slots: tuple[int, ...]
     """Per entry, its dict: an index into every owner's ``_parameters``, then each buffer
     owner's ``_buffers``, then each attribute owner's ``__dict__`` (``traced.reach``)."""
-    names: tuple[str, ...]
+    slot_names: tuple[str, ...]
     """Per entry, its name in that dict."""
     kinds: tuple[int, ...]
     """Per entry, its kind of slot, as an index into ``SLOT_KINDS``."""
@@ -104,7 +104,7 @@ class PlanLayout(NamedTuple):
     leaves: tuple[int, ...]
     """Per entry, its value's index in the leaves (a tie: its source's; a repeated slot: the
     first entry's)."""
-    dotted: tuple[str, ...]
+    names: tuple[str, ...]
     """Per entry, its dotted module name (a given entry's: its key, the optional prefixes
     stripped)."""
     given: int
