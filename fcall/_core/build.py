@@ -7,7 +7,7 @@ module, ``strict`` misses. One set of node functions (``_Node``, ``_node_at``,
 ``_add_leaf``) finds a key's module, and ``tree.Slots`` (the one name -> slot rule) its
 slot. ``complete`` adds the tied aliases and checks ``strict``; ``_layout`` turns what the
 walk found into the layout: the owner modules as the trace reaches them (root first, level by
-level, ``levels_of``), each entry's dict as an index into their dicts. ``traced.bind`` binds a
+level, ``levels_of``), each entry's dict as an index into their dicts. ``bind.bind`` binds a
 layout to a module. It runs in eager: for the eager plan cache (``plan.py``), for the traced
 front at trace time (``routes.py``, which hands the layout to the trace in a Route), and,
 traced, for whatever a Route does not cover (the generic path).
@@ -25,10 +25,10 @@ from .. import _errors
 from .._errors import Fault, UnknownKey
 from .ties import all_named_tensors, has_shared_submodule, names_and_ties
 from .tree import Slots, strip, unwrap_for_keys
-from .types import ROOT_NODE, Key, Levels, Node, PlanLayout, SlotKind
+from .types import ROOT_NODE, SLOT_KINDS, Key, Levels, Node, PlanLayout, SlotKind
 
 PARAMETER, BUFFER, ATTRIBUTE = SlotKind.PARAMETER, SlotKind.BUFFER, SlotKind.ATTRIBUTE
-KIND_INDEX = {PARAMETER: 0, BUFFER: 1, ATTRIBUTE: 2}  # types.SLOT_KINDS' order
+KIND_INDEX = {kind: index for index, kind in enumerate(SLOT_KINDS)}  # PlanLayout.kinds
 
 
 def build(

@@ -59,10 +59,7 @@ def resolve(
         if routed is not None:
             return routed
         leaves = flatten_generic(params)
-        layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=True)
-        owners, dicts = reach(layout, unwrap(module)[0])
-        plan = bind(layout, owners, dicts, True)
-        plan.distributed = distributed.classified(module, owners)
+        plan, _, _ = _built(module, leaves, tie_weights, strict, traced=True)
         return plan, leaves
     leaves = flatten_eager(params)
     return _cached_plan(module, leaves, tie_weights, strict), leaves
@@ -124,13 +121,21 @@ def _cached_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: b
     return found.plan
 
 
+def _built(
+    module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool, *, traced: bool
+) -> tuple[Plan, PlanLayout, list[nn.Module]]:
+    """The plan of ``leaves`` in ``module``: built, bound and classified (eager, or traced on
+    the generic path), with its layout and the owners the binding reached."""
+    layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=traced)
+    owners, dicts = reach(layout, unwrap(module)[0])
+    plan = bind(layout, owners, dicts, traced)
+    plan.distributed = distributed.classified(module, owners)
+    return plan, layout, owners
+
+
 def _new_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool) -> CachedPlan:
     """The plan of ``leaves`` in ``module``, built, bound (eager), and how to tell it is stale."""
-    layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict)
-    root = unwrap(module)[0]
-    owners, dicts = reach(layout, root)
-    plan = bind(layout, owners, dicts, False)
-    plan.distributed = distributed.classified(module, owners)
+    plan, layout, owners = _built(module, leaves, tie_weights, strict, traced=False)
     kinds = plan.kinds  # slot_values' bulk conversion: the leaves of each kind's entries
     parameter_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is PARAMETER]
     if len(parameter_leaves) != len(kinds):
