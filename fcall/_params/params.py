@@ -6,21 +6,18 @@ Design (see docs/tensordictparams.md for the long form):
   that forward to the wrapped TensorDict (``_param_td``) and is an instance of both
   ``TensorDictBase`` and ``nn.Module``. It overrides the paths that break under
   ``torch.compile`` or misbehave eagerly: construction, every write, reads, locking, copies.
-* Split along its ideas: the registration rules, tensordict's (``rules.py``); how it is
-  built, traced in the graph under Dynamo or in one untraced call (``build.py``); the
-  wrapped tree, its registration, writes and nested views (``tree.py``); locking
-  (``lock.py``); copies that keep each entry's registration (``copies.py``). Each mixin is
-  typed against tensordict's class and returns ``Self``: none imports this module, not even
-  for its types. Their state is set in one place, ``ParamsTree._init_state``; ``lock.py``
-  reads the lock flags and a view's root there, ``copies.py`` the conversion mode, the hooks
-  and the views.
-  This module holds the class: construction and the public read and write methods.
+* One class over one base: ``tree.ParamsTree`` (a subclass of tensordict's class) holds the
+  state, set in one place (``_init_state``), the wrapped tree, its registration, writes,
+  nested views and lock; this module's class adds construction, the public reads and writes,
+  and copies. Beside them, functions with closed jobs: the registration rules, tensordict's
+  (``rules.py``); how it is built in one untraced call (``build.py``); the leaves of copies
+  and conversions, registered as the originals (``copies.py``: TensorDicts in and out).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any, cast
+from typing import Any, Self, cast
 
 import torch
 from tensordict import TensorDict, TensorDictBase
@@ -30,9 +27,8 @@ from tensordict.utils import is_non_tensor
 from torch import nn
 from torch.compiler import is_dynamo_compiling
 
+from . import copies
 from .build import build_untraced
-from .copies import Copies
-from .lock import Locking
 from .rules import SKIP, check_mode, convert_tree, lock_tree
 from .tree import ParamsTree, module_init
 
@@ -49,8 +45,7 @@ def _as_key(index: Any) -> tuple[str, ...] | None:
     return None
 
 
-# misc: TensorDictBase.zero_grad and nn.Module.zero_grad differ (tensordict's own class has it).
-class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):  # type: ignore[misc]
+class TensorDictParams(ParamsTree):
     r"""A TensorDict whose entries are registered as the parameters and buffers of an nn.Module.
 
     Float16/32/64 tensors become :class:`~torch.nn.Parameter`, tensors of any other dtype
@@ -290,3 +285,78 @@ class TensorDictParams(Locking, Copies, ParamsTree, _TDParamsBase):  # type: ign
                 nested = (key,) if isinstance(key, str) else cast("tuple[str, ...]", key)
                 value = self._subview(nested, value)
             yield key, value
+
+    # ------------------------------------------------------------------ copies
+    def _new_like(self, param_td: TensorDictBase) -> Self:
+        # The leaves are registered already ("skip"); copies are not locked (tensordict).
+        out = type(self)(param_td, no_convert=SKIP)
+        object.__setattr__(out, "no_convert", self.no_convert)
+        out._get_post_hook.extend(self._get_post_hook)
+        return out
+
+    def _clone(self, recurse: bool = True) -> Self:
+        if not recurse:
+            return self._new_like(self._param_td.copy())
+        return self._new_like(copies.cloned(self._param_td))
+
+    def detach_registered(self) -> Self:
+        """A TensorDictParams of detached leaves (shared storage), registered as here.
+
+        fcall's own method. Parameters stay Parameters (``requires_grad=False``), buffers
+        stay buffers, so ``p.detach_registered().clone()`` is a copy of a net with buffers
+        that registers its running stats as buffers. ``detach()`` is tensordict's: it
+        returns a TensorDict of plain tensors (wrapped again, its float buffers would
+        become Parameters).
+
+        Examples:
+            >>> from torch import nn
+            >>> import fcall
+            >>> p = fcall.from_module(nn.BatchNorm1d(2), as_module=True)
+            >>> type(p.detach()).__name__, type(p.detach_registered()).__name__
+            ('TensorDict', 'TensorDictParams')
+            >>> len(list(p.detach_registered().clone().buffers()))
+            3
+        """
+        return self._new_like(copies.detached(self._param_td))
+
+    @property  # type: ignore[misc]
+    def data(self) -> TensorDictBase:
+        """A TensorDict of the leaves' ``.data``, buffers marked as buffers.
+
+        As tensordict's, a TensorDict (tensordict's in-place methods write through it); its
+        buffers are ``Buffer`` tensors, so ``TensorDictParams(p.data)`` registers each entry
+        as here.
+        """
+        return copies.marked_data(self._param_td)
+
+    def __deepcopy__(self, memo: dict) -> Self:  # type: ignore[override]
+        return self._clone(recurse=True)
+
+    def __copy__(self) -> Self:
+        return self._clone(recurse=False)
+
+    # to(), cpu() and cuda() as tensordict 0.15 has them, on every tensordict (0.14's
+    # return a tensordict.nn.TensorDictParams that registers every leaf anew by dtype).
+    def to(self, *args: Any, **kwargs: Any) -> Self:
+        return self._moved(self._param_td.to(*args, **kwargs))
+
+    def cpu(self, **kwargs: Any) -> Self:
+        return self._moved(self._param_td.cpu(**kwargs))
+
+    def cuda(self, device: Any = None, **kwargs: Any) -> Self:
+        return self._moved(self._param_td.cuda(device=device, **kwargs))
+
+    def _moved(self, params: TensorDictBase) -> Self:
+        if params is self._param_td:
+            return self
+        return self._new_like(copies.moved(params, self._param_td))
+
+    def _apply(self, fn: Callable, recurse: bool = True) -> Self:
+        out = super()._apply(fn, recurse=recurse)
+        if self._views is not None:
+            self._views.clear()
+            self._build_views()
+        return out
+
+    def __repr__(self) -> str:
+        return f"TensorDictParams(params={self._param_td})"

@@ -1,11 +1,17 @@
-"""TensorDictParams: the wrapped tree, its registration, its writes and its nested views.
+"""TensorDictParams' state and tree: its registration, writes, nested views and lock.
 
-The state of a TensorDictParams (``_init_state``), which name is registered as a parameter or
-a buffer, how a write or a removal reaches the wrapped TensorDict (never through
-``with td.unlock_():``, an unsupported context manager for Dynamo; never a full rescan: only
-the names written are (un)registered), and the cached views over nested TensorDicts: each is a
+``ParamsTree`` is the base of fcall's class, a subclass of tensordict's: the state of a
+TensorDictParams (``_init_state``, the one place it is set), which name is registered as a
+parameter or a buffer, how a write or a removal reaches the wrapped TensorDict (never through
+``with td.unlock_():``, an unsupported context manager for Dynamo; never a full rescan: only the
+names written are (un)registered), and the cached views over nested TensorDicts: each is a
 TensorDictParams over the sub-tree that shares the root's hooks and writes through the root,
 holding the root weakly (a view that outlives its root becomes a root of its own).
+
+Locking, as tensordict's: the object's own flag (``_is_locked``, set by ``lock_()``) blocks
+writes through it; ``lock=True`` locks the wrapped TensorDict only (``_lock_content``), and
+``unlock_()`` keeps that lock. A view (``p["a"]``) reports, and obeys, the lock of the
+TensorDict it wraps, as tensordict's nested TensorDict does. Copies are not locked.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from tensordict import TensorDict, TensorDictBase
 from tensordict._tensorcollection import TensorCollection
 from tensordict.base import _is_tensor_collection
 from tensordict.nn import TensorDictParams as _TDParamsBase
-from tensordict.utils import is_non_tensor
+from tensordict.utils import _LOCK_ERROR, is_non_tensor
 from torch import nn
 from torch.compiler import is_compiling, is_dynamo_compiling
 from torch.nn.parameter import Buffer
@@ -29,16 +35,10 @@ from .rules import (
     convert_leaf,
     convert_tree,
     is_registered,
+    lock_tree,
     nested_tensordicts,
     tensor_leaves,
 )
-
-# To the type checker the mixin is a tensordict TensorDictParams (the class it is mixed into
-# derives from it); at runtime it derives from object.
-if TYPE_CHECKING:
-    from tensordict.nn import TensorDictParams as _MixinBase
-else:
-    _MixinBase = object
 
 __all__ = ["ParamsTree", "module_init"]
 
@@ -61,8 +61,10 @@ def _refresh_schema(td: TensorDictBase) -> None:
         td._build_lock_schema()
 
 
-class ParamsTree(_MixinBase):
-    """Mixin of fcall.TensorDictParams: its tree, registration, writes and views."""
+class ParamsTree(_TDParamsBase):
+    """The base of fcall.TensorDictParams: its state, tree, registration, writes, views and
+    lock (``params.TensorDictParams`` adds construction, the public reads and writes, and
+    copies)."""
 
     if TYPE_CHECKING:
         # The state that _init_state sets (a view's _views is None).
@@ -252,3 +254,45 @@ class ParamsTree(_MixinBase):
             view._register_tree((), sub)
             root._views[full] = view
         return view
+
+    # ------------------------------------------------------------------ lock
+    @property
+    def is_locked(self) -> bool:
+        """True after ``lock_()``; ``lock=True`` locks the wrapped TensorDict only.
+
+        A view (``p["a"]``) reports the lock of the TensorDict it wraps, as tensordict's
+        nested TensorDict does.
+        """
+        if self._root_ref is not None or self._prefix:
+            return self._param_td._is_locked
+        return self._is_locked
+
+    @is_locked.setter
+    def is_locked(self, value: bool) -> None:
+        # tensordict: setting the flag does not lock the parameters.
+        object.__setattr__(self, "_is_locked", bool(value))
+
+    def _check_unlocked(self) -> None:
+        if self.is_locked:
+            raise RuntimeError(_LOCK_ERROR)
+
+    def _lock_content_td(self) -> None:
+        object.__setattr__(self, "_lock_content", True)
+        self._lock_wrapped()
+
+    def _lock_wrapped(self) -> None:
+        td = self._param_td
+        if not td._is_locked:
+            # Not td.lock_(): it warns under compile, and warnings.warn is not traceable.
+            lock_tree(td)
+
+    def _propagate_lock(self, _lock_parents_weakrefs: Any = None, *, is_compiling: bool) -> None:
+        object.__setattr__(self, "_is_locked", True)
+        self._lock_wrapped()
+
+    def _propagate_unlock(self) -> list[Any]:
+        object.__setattr__(self, "_is_locked", False)
+        td = self._param_td
+        if not self._lock_content and td._is_locked:
+            td.unlock_()  # not _propagate_unlock: unlock_ checks the locked parents
+        return []
