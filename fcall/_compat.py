@@ -1,9 +1,10 @@
 """What differs between the torch and tensordict releases fcall supports.
 
 Supported: torch 2.11-2.15 and tensordict 0.14.3-0.15.x (``noxfile.py`` runs the
-matrix). Every difference the package depends on lives here, each with the
-versions it names, so that the rest of fcall is written against one behaviour:
-tensordict 0.15.3's.
+matrix). Every version check lives here (a version compared, a feature probed), each
+with the versions it names, so that the rest of fcall is written against one behaviour:
+tensordict 0.15.3's. Elsewhere, code whose form one version requires works on every version
+and says in a comment which version needs that form (Dynamo 2.11's limits, mostly).
 
 * ``register_exit_op``: tensordict >= 0.15 undoes the ops named in
   ``tensordict.base._UNDO_ON_ERROR_OPS`` when a ``with`` block raises

@@ -1,11 +1,14 @@
 """Message builders shared by the eager and the compiled paths, and ``Fault``, the core's
 error before a front words it.
 
-Every error names the API, the offending key, what was expected and what was
-found, and how to fix it; each one ends by saying the module was left unchanged,
-because fcall validates every key and value before it writes anything. The core
-(``fcall/_core``) does not know which API called it: it raises a ``Fault`` with the facts,
-and the front raises ``fault.worded(api)``, once, with its own name.
+A swap's bad input (a key, a value, a keyword) gets a message that names the API, the
+offending key, what was expected and what was found, and how to fix it, and ends by saying
+the module was left unchanged, because fcall validates every key and value before it writes
+anything. The core (``fcall/_core``) does not know which API called it: it raises a
+``Fault`` with the facts, and the front raises ``fault.worded(api)``, once, with its own name.
+The other messages here say what they say (a slot deleted inside a ``with`` block, an argument
+of the wrong type). ``functional_call``'s extra keys keep torch's words, and
+``from_checkpoint`` and ``TensorDictParams`` word their own errors beside their code.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Issue 26: importing and using fcall has no process-wide side effect.
 
-No torch global hook, no mark written into a module, no tensordict method replaced; a
+No torch global hook, no mark written into a module, no tensordict method replaced (fcall's
+own op names are added to tensordict's registries of `with`-undoable ops, nothing else); a
 model whose forward slices its layer list (transformers' Llama, Mistral, Qwen, ...)
 keeps its cached plan between swaps. The speed side is measured by
 ``python -m benchmarks side_effects``, beside a process without fcall.
@@ -35,8 +36,13 @@ def test_import_and_use_leave_torch_and_tensordict_as_they_were():
                 if name.startswith("_global_") and isinstance(getattr(torch_module, name), dict)
             }
 
+        from tensordict import base as td_base
+        from tensordict._contextlib import LAST_OP_MAPS
+
         before = hooks()
         methods = dict(vars(TensorDictBase))
+        exit_ops = dict(LAST_OP_MAPS)
+        undo_ops = set(getattr(td_base, "_UNDO_ON_ERROR_OPS", ()))
         import fcall
 
         m = nn.Sequential(nn.Linear(2, 2), nn.BatchNorm1d(2))
@@ -50,6 +56,12 @@ def test_import_and_use_leave_torch_and_tensordict_as_they_were():
             pass
         assert hooks() == before, (hooks(), before)
         assert dict(vars(TensorDictBase)) == methods
+        # fcall's own `with`-undoable ops are added to tensordict's registries, nothing else
+        assert {k: v for k, v in LAST_OP_MAPS.items() if k in exit_ops} == exit_ops
+        added = set(LAST_OP_MAPS) - set(exit_ops)
+        assert added and all(name.startswith("_fcall_") for name in added), added
+        undo_now = set(getattr(td_base, "_UNDO_ON_ERROR_OPS", ()))
+        assert undo_ops <= undo_now and all(n.startswith("_fcall_") for n in undo_now - undo_ops)
         print("ok")
         """
     )

@@ -2,8 +2,9 @@
 
 A swap runs in two steps so that the module is never left half-swapped: ``prepare`` reads
 the old values, decides what each slot receives (and checks in-place copies): anything that
-can fail fails there. ``commit`` writes, in one loop (``_write``). ``restore`` puts back the
-very objects that were there, in their slots and in their order, in one loop, and writes a
+can fail fails there. ``commit`` writes (``_write``: one builtin pass over the slots, or a
+loop by entry where a value changes dict). ``restore`` puts back the very objects that were
+there, in their slots and in their order (the same two forms), and writes a
 buffer that ``forward`` reassigned back into the params container. For ``to_module``, commit
 and restore then give the dicts tensordict's order (``registration.py``). ``swap_in`` is the
 pipeline ``swap`` and ``functional_call`` share: resolve, prepare, commit.

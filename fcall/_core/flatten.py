@@ -41,7 +41,7 @@ class Leaves:
 
     ``signature`` identifies the key structure (it keys the plan cache);
     ``keys`` (tuples of names) are made on first use, which in eager is only
-    when a plan or an old-values layout is built. ``holders()`` (where each
+    when a plan or an old-values key tree is built. ``holders()`` (where each
     leaf lives) is only needed when a value must be written back into
     ``params``, which is rare: it walks the container again.
     """
@@ -94,7 +94,7 @@ def flatten_eager(params: Any) -> Leaves:
     (nested or not) whose root names are strings without a dot take a fast walk
     (``_walk_exact``)."""
     if type(params) in _EXACT:
-        unbuilt = params.__dict__.get("_layout_and_values")
+        unbuilt = params.__dict__.get("_key_tree_and_values")
         if unbuilt is not None and unbuilt.signature is not None:
             # Old values nobody has read yet (`old = to_module(p, m); ...;
             # to_module(old, m)`): their values and key structure are those of the
@@ -171,7 +171,7 @@ def _walk_exact(entries: dict, values: list, shape: list) -> bool:
     pending = [iter(entries.items())]  # a loop over the nodes, not a call per node
     while pending:
         for name, value in pending[-1]:
-            # `is` twice, not `in` a tuple of classes: twice as fast per leaf here.
+            # `is` twice, not `in` a tuple of classes: faster per leaf here.
             cls = type(value)
             if cls is _Parameter or cls is _Tensor:
                 values.append(value)
@@ -261,58 +261,59 @@ def _payload(value: Any) -> Any:
     return value.data if getattr(value, "_is_non_tensor", False) else value
 
 
-class LayoutEntry(NamedTuple):
-    """One entry of a node of a ``Layout``."""
+class KeyTreeEntry(NamedTuple):
+    """One entry of a node of a ``KeyTree``."""
 
     name: str
     is_leaf: bool
     position: int
-    """The index of the leaf value, or of the child node in the ``Layout``."""
+    """The index of the leaf value, or of the child node in the ``KeyTree``."""
 
 
 # The nodes of a nested TensorDict in post-order (the root last), each a list of its entries.
-# Traced code makes an entry with `new_entry(LayoutEntry, ...)` (types.new_entry).
-Layout = list[list[LayoutEntry]]
+# Traced code makes an entry with `new_entry(KeyTreeEntry, ...)` (types.new_entry).
+KeyTree = list[list[KeyTreeEntry]]
 _SCALAR = torch.Size(())
 
 
-def layout_of(keys: list[Key]) -> Layout:
-    tree: dict = {}
+def key_tree_of(keys: list[Key]) -> KeyTree:
+    """The ``KeyTree`` of the key tuples ``keys`` (leaf ``i``: ``keys[i]``)."""
+    nested: dict = {}
     for index, key in enumerate(keys):
-        node = tree
+        node = nested
         for name in key[:-1]:
             node = node.setdefault(name, {})
         node[key[-1]] = index
-    layout: Layout = []
+    tree: KeyTree = []
 
     def visit(node: dict) -> int:
         entries = [
-            new_entry(LayoutEntry, (name, False, visit(child)))
+            new_entry(KeyTreeEntry, (name, False, visit(child)))
             if isinstance(child, dict)
-            else new_entry(LayoutEntry, (name, True, child))
+            else new_entry(KeyTreeEntry, (name, True, child))
             for name, child in node.items()
         ]
-        layout.append(entries)
-        return len(layout) - 1
+        tree.append(entries)
+        return len(tree) - 1
 
-    visit(tree)
-    return layout
+    visit(nested)
+    return tree
 
 
 def to_tensordict(keys: list[Key], values: Sequence[Any]) -> TensorDict:
     """``[("a", "w")], [t]`` -> ``TensorDict(a=TensorDict(w=t))``, without checks."""
-    return _from_layout(layout_of(keys), values)
+    return _from_key_tree(key_tree_of(keys), values)
 
 
-def _from_layout(layout: Layout, values: Sequence[Any]) -> TensorDict:
-    """The one TensorDict builder: the nodes of ``layout``, without the TensorDict's own
+def _from_key_tree(tree: KeyTree, values: Sequence[Any]) -> TensorDict:
+    """The one TensorDict builder: the nodes of ``tree``, without the TensorDict's own
     validation. The leaves are known tensors of the module: the checks cost more than the
     swap in eager, and under Dynamo their type checks on a Parameter created in the graph
     crash the guard builder (``NameError: SYNTHETIC_LOCAL``). What
     ``TensorDict._new_unsafe(source, batch_size=torch.Size(()))`` sets, without its
     per-entry loop; spelled ``object.__new__(cls)``, the spelling Dynamo traces."""
     nodes: list[TensorDict] = []
-    for entries in layout:
+    for entries in tree:
         node = object.__new__(TensorDict)
         attributes = node.__dict__
         attributes["_device"] = None
@@ -328,7 +329,7 @@ def _from_layout(layout: Layout, values: Sequence[Any]) -> TensorDict:
 class _Unbuilt(NamedTuple):
     """What an ``OldValues`` holds until its nodes are first read."""
 
-    layout: Layout | None  # None: laid out by the dotted ``names``
+    key_tree: KeyTree | None  # None: laid out by the dotted ``names``
     names: list[str] | None
     values: Sequence[Any]
     signature: Any  # that of the params whose keys they have; None: not known
@@ -356,17 +357,18 @@ class OldValues(TensorDict):
         if entries is None:
             # an _Unbuilt, read then dropped: `pop` on an object's __dict__ is not traced by
             # Dynamo 2.11
-            layout, names, values, _ = attributes["_layout_and_values"]
-            attributes["_layout_and_values"] = None
-            if layout is None:
-                layout = layout_of([tuple(name.split(".")) for name in names])
-            entries = attributes["_entries"] = _from_layout(layout, values)._tensordict
+            unbuilt = attributes["_key_tree_and_values"]
+            attributes["_key_tree_and_values"] = None
+            tree = unbuilt.key_tree
+            if tree is None:
+                tree = key_tree_of([tuple(name.split(".")) for name in unbuilt.names])
+            entries = attributes["_entries"] = _from_key_tree(tree, unbuilt.values)._tensordict
         return entries
 
     @_tensordict.setter
     def _tensordict(self, entries: dict) -> None:
         self.__dict__["_entries"] = entries
-        self.__dict__["_layout_and_values"] = None
+        self.__dict__["_key_tree_and_values"] = None
 
     # TensorDict's __enter__/__exit__ (tensordict/base.py), without what costs more
     # than a small swap: a tensorclass check on each, and a hasattr that misses
@@ -401,7 +403,7 @@ def old_tensordict(plan: Plan, leaves: Leaves, old: Sequence[Any]) -> OldValues:
     """The values ``old`` that the given entries of ``plan`` held, under the keys of
     ``leaves``: a TensorDict whose nodes are built on first read (``OldValues``), in eager
     and under Dynamo alike (tracing a TensorDict per submodule that nobody reads would cost
-    more compile time than the rest of the swap). Laid out by the plan's layout, made once
+    more compile time than the rest of the swap). Laid out by the plan's key tree, made once
     per key structure and cached with the plan; a plan built while tracing with no prefix
     stripped (``names_are_keys``) has none: its dotted names are split on the first read.
     ``leaves.signature`` comes along, so that swapping them back in finds the cached plan
@@ -409,13 +411,13 @@ def old_tensordict(plan: Plan, leaves: Leaves, old: Sequence[Any]) -> OldValues:
     if plan.names_are_keys:
         unbuilt = _new_unbuilt(_Unbuilt, (None, plan.names[: plan.given], old, None))
     else:
-        if plan.layout is None:
-            plan.layout = layout_of(leaves.keys)
-        unbuilt = _new_unbuilt(_Unbuilt, (plan.layout, None, old, leaves.signature))
+        if plan.key_tree is None:
+            plan.key_tree = key_tree_of(leaves.keys)
+        unbuilt = _new_unbuilt(_Unbuilt, (plan.key_tree, None, old, leaves.signature))
     root = object.__new__(OldValues)
-    attributes = root.__dict__
+    attributes = root.__dict__  # _from_key_tree's node, inline: no call on a warm swap
     attributes["_device"] = None
     attributes["_batch_size"] = _SCALAR
     attributes["_td_dim_names"] = None
-    attributes["_layout_and_values"] = unbuilt
+    attributes["_key_tree_and_values"] = unbuilt
     return root

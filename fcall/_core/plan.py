@@ -38,7 +38,17 @@ from .bind import bind, reach
 from .build import build
 from .flatten import Leaves, flatten_eager, flatten_generic
 from .tree import unwrap
-from .types import BUFFER, PARAMETER, Levels, Plan, PlanLayout, SlotKind, SlotRef, StalePlan
+from .types import (
+    BUFFER,
+    PARAMETER,
+    Levels,
+    Plan,
+    PlanLayout,
+    SlotKind,
+    SlotRef,
+    StalePlan,
+    new_entry,
+)
 
 _MAX_PLANS_PER_MODULE = 16
 
@@ -59,8 +69,7 @@ def resolve(
         if routed is not None:
             return routed
         leaves = flatten_generic(params)
-        plan, _, _ = _built(module, leaves, tie_weights, strict, traced=True)
-        return plan, leaves
+        return _built(module, leaves, tie_weights, strict, traced=True).plan, leaves
     leaves = flatten_eager(params)
     return _cached_plan(module, leaves, tie_weights, strict), leaves
 
@@ -84,8 +93,8 @@ class _ModulePlans:
         self.last_plan: CachedPlan | None = None
 
 
-# Per module, by id: its plans. Not a WeakKeyDictionary: its get() is Python code, about a
-# tenth of a small swap.
+# Per module, by id: its plans. Not a WeakKeyDictionary: its get() is Python code, a
+# measurable part of a small swap.
 _CACHE: dict[int, _ModulePlans] = {}
 
 
@@ -121,27 +130,37 @@ def _cached_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: b
     return found.plan
 
 
+class _Built(NamedTuple):
+    """A plan built and bound (``_built``), with its layout and the owners it was bound to."""
+
+    plan: Plan
+    layout: PlanLayout
+    owners: list[nn.Module]
+
+
 def _built(
     module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool, *, traced: bool
-) -> tuple[Plan, PlanLayout, list[nn.Module]]:
+) -> _Built:
     """The plan of ``leaves`` in ``module``: built, bound and classified (eager, or traced on
     the generic path), with its layout and the owners the binding reached."""
     layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=traced)
     owners, dicts = reach(layout, unwrap(module)[0])
     plan = bind(layout, owners, dicts, traced)
     plan.distributed = distributed.classified(module, owners)
-    return plan, layout, owners
+    return new_entry(_Built, (plan, layout, owners))  # traced: no class call (types.new_entry)
 
 
 def _new_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool) -> CachedPlan:
     """The plan of ``leaves`` in ``module``, built, bound (eager), and how to tell it is stale."""
-    plan, layout, owners = _built(module, leaves, tie_weights, strict, traced=False)
+    built = _built(module, leaves, tie_weights, strict, traced=False)
+    plan = built.plan
     kinds = plan.kinds  # slot_values' bulk conversion: the leaves of each kind's entries
     parameter_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is PARAMETER]
     if len(parameter_leaves) != len(kinds):
         plan.parameter_leaves = parameter_leaves
     plan.buffer_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is BUFFER]
-    staleness = Staleness(plan, layout, owners, watch=tie_weights or strict, strict=strict)
+    watch = tie_weights or strict
+    staleness = Staleness(plan, built.layout, built.owners, watch=watch, strict=strict)
     return CachedPlan(plan, staleness)
 
 
@@ -189,8 +208,13 @@ class Staleness:
     ) -> None:
         watched = _watched_buffers(plan, strict)
         self.rows = [
-            Row(parent._modules, name, child, *_sized(child._parameters, watched(child._buffers)))
-            for parent, name, child in _links(layout.owners, owners)
+            Row(
+                link.parent._modules,
+                link.name,
+                link.child,
+                *_sized(link.child._parameters, watched(link.child._buffers)),
+            )
+            for link in _links(layout.owners, owners)
         ]
         if 0 in layout.owner_of_entry:  # the root owns an entry
             root = owners[0]
@@ -211,6 +235,7 @@ class Staleness:
             and all(map(is_, map(dict.get, watch.dicts, watch.names), watch.values))
         ):
             return False
+        # unpacked in Row's field order: the one loop of a warm swap's check
         for parent, name, child, parameters, n_parameters, buffers, n_buffers in self.rows:
             if (
                 parent.get(name) is not child  # a submodule on a key's path was replaced

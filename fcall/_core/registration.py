@@ -42,12 +42,12 @@ def reregister(
         # grouped the names to move, fcall/_core/routes.py): the groups are the plan's
         if plan.dict_groups is None or plan.has_attributes or plan.repeated:
             plan.dict_groups = _groups(plan, order, None)
-        for slot, names in plan.dict_groups:
-            if names:
-                move_to_end(slot, names)
+        for group in plan.dict_groups:
+            if group.names:
+                move_to_end(group.slot, group.names)
     else:  # a value that changed dict was just written last into it, in this order
-        for slot, names in _groups(plan, order, targets, stayed_only=True):
-            move_to_end(slot, names)
+        for group in _groups(plan, order, targets, stayed_only=True):
+            move_to_end(group.slot, group.names)
     run_hooks(plan, module, targets, order, new)
 
 
@@ -69,8 +69,8 @@ def reregister_as_given(plan: Plan, module: nn.Module, given: list[str]) -> None
     them."""
     index = {name: i for i, name in enumerate(plan.names)}
     order = [index[name] for name in given]
-    for slot, names in _groups(plan, order, None):
-        move_to_end(slot, names)
+    for group in _groups(plan, order, None):
+        move_to_end(group.slot, group.names)
     run_hooks(plan, module, None, order, [])
 
 
@@ -115,13 +115,18 @@ def _groups(
 def move_to_end(slot: dict, names: list[str]) -> None:
     """The one move: ``names`` last in ``slot``, in this order, as tensordict's
     ``del d[name]; d[name] = value`` leaves them (the other names keep their order)."""
-    # tuple(slot), not list(slot): traced, the list's items are the dict's (lazy) entries,
-    # and comparing them reads the module's own tensors into guarded graph inputs
-    keys = tuple(slot)
-    if keys[len(keys) - len(names) :] == tuple(names):
+    if ends_with(slot, names):
         return  # already last, in this order: the moves would leave the dict as it is
     for name in names:
         slot[name] = slot.pop(name)
+
+
+def ends_with(slot: dict, names: Sequence[str]) -> bool:
+    """Whether ``slot``'s last keys are ``names``, in this order."""
+    # tuple(slot), not list(slot): traced, the list's items are the dict's (lazy) entries,
+    # and comparing them reads the module's own tensors into guarded graph inputs
+    keys = tuple(slot)
+    return keys[len(keys) - len(names) :] == tuple(names)
 
 
 def run_hooks(

@@ -27,7 +27,7 @@ from .._compat import SKIPPED_TENSOR_GUARDS
 from .._errors import Fault
 from .bind import bind, reach
 from .build import build, levels_of
-from .registration import dict_groups
+from .registration import dict_groups, ends_with
 from .slot_values import Into, into, reads_old
 from .tree import unwrap
 from .types import ROOT_NODE, DictLevel, Key, Levels, Node, Plan, PlanLayout
@@ -304,18 +304,13 @@ def _moved_groups(plan: Plan, dicts: tuple[dict, ...]) -> list[_Group]:
     as it is (the trace checks its keys, in order, against these: ``traced.resolve``)."""
     index_of = {id(slot): index for index, slot in enumerate(dicts)}
     groups = (_Group(index_of[id(group.slot)], group.names) for group in dict_groups(plan))
-    return [
-        group
-        for group in groups
-        if tuple(dicts[group.slot])[len(dicts[group.slot]) - len(group.names) :]
-        != tuple(group.names)
-    ]
+    return [group for group in groups if not ends_with(dicts[group.slot], group.names)]
 
 
 def _has_fsdp(root: nn.Module) -> bool:
-    from .distributed import FSDPModule
+    from .distributed import fsdp_modules
 
-    return FSDPModule is not None and any(isinstance(m, FSDPModule) for m in root.modules())
+    return bool(fsdp_modules(root))
 
 
 class ValueFacts(NamedTuple):

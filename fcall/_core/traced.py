@@ -23,9 +23,10 @@ unknown key, tied names given or aliased, a submodule at two paths, a plain tens
 RNNs, FSDP2 and DDP trees, values that are not tensors, a module or params already changed in
 the trace, Dynamo's aliasing guards turned on, ...; ``strict`` returns before the decision):
 ``resolve`` returns ``None`` and the caller takes the generic traced path (``build`` traced),
-which raises the eager errors. The decision catches no exception: a Route that fails to build
-fails the compile. ``resolve`` also returns ``None`` when the trace's reads differ from what
-the Route was decided on (the trace changed the params or the module's dicts before the swap).
+which raises the eager errors. The decision catches one exception only, the builder's own
+``Fault`` (the generic path raises it, traced): any other error of a Route fails the compile.
+``resolve`` also returns ``None`` when the trace's reads differ from what the Route was decided
+on (the trace changed the params or the module's dicts before the swap).
 """
 
 from __future__ import annotations

@@ -80,12 +80,6 @@ class Slots:
             return SlotKind.ATTRIBUTE
         return None
 
-    def dict_of(self, kind: SlotKind) -> dict:
-        """The module's dict of slots of ``kind``."""
-        if kind is SlotKind.PARAMETER:
-            return self.parameters
-        return self.buffers if kind is SlotKind.BUFFER else self.owner.__dict__
-
 
 def owner_of(root: Any, name: str) -> nn.Module | None:
     """The submodule of ``root`` whose slot the dotted ``name`` names (``"0.weight"``:

@@ -58,8 +58,8 @@ class Distributed(enum.Enum):
 
 
 # How traced code makes a NamedTuple: `new_entry(DictGroup, (slot, names))`. Dynamo runs
-# `DictGroup(...)` through its polyfill of class instantiation, about 50 bytecode steps,
-# each leaf's compile time where it is per leaf; `tuple.__new__` directly, about 4.
+# `DictGroup(...)` through its polyfill of class instantiation, many bytecode steps, each
+# leaf's compile time where it is per leaf; `tuple.__new__` directly, a few.
 new_entry = tuple.__new__
 
 # A slot's kind by its index in a PlanLayout (``PlanLayout.kinds``): traced, a kind picked from
@@ -82,7 +82,7 @@ class Levels(NamedTuple):
 
 class PlanLayout(NamedTuple):
     """A plan as names and indexes, of no instance: what ``build`` makes of a module's
-    structure and a container's keys, and ``traced.bind`` binds to a module (in eager, and in
+    structure and a container's keys, and ``bind.bind`` binds to a module (in eager, and in
     the trace, where a Route carries it as a constant). Entries: the given keys first, then
     tied aliases."""
 
@@ -94,7 +94,7 @@ class PlanLayout(NamedTuple):
     """... and those whose ``__dict__`` holds one (a plain tensor attribute)."""
     slots: tuple[int, ...]
     """Per entry, its dict: an index into every owner's ``_parameters``, then each buffer
-    owner's ``_buffers``, then each attribute owner's ``__dict__`` (``traced.reach``)."""
+    owner's ``_buffers``, then each attribute owner's ``__dict__`` (``bind.reach``)."""
     slot_names: tuple[str, ...]
     """Per entry, its name in that dict."""
     kinds: tuple[int, ...]
@@ -155,8 +155,8 @@ class Plan:
         "distributed",
         "given",
         "has_attributes",
+        "key_tree",
         "kinds",
-        "layout",
         "leaves",
         "names",
         "names_are_keys",
@@ -174,7 +174,7 @@ class Plan:
     )
 
     def __init__(self) -> None:
-        # --- per entry (traced.bind, from a PlanLayout) ---
+        # --- per entry (bind.bind, from a PlanLayout) ---
         self.slots: list[dict] = []  # the owner's _parameters, _buffers or __dict__
         self.slot_names: list[str] = []  # the entry's name in that dict
         self.leaves: list[int] = []  # its value's index in the leaves (a tie: its source's)
@@ -202,7 +202,7 @@ class Plan:
         # entry index -> the earlier entry that names its slot too (a submodule at two
         # paths): it takes that one's value, and is never written back into params
         self.repeated: dict[int, int] = {}
-        # --- eager, for slot_values' bulk conversion (traced.bind): the leaf
+        # --- eager, for slot_values' bulk conversion (plan._new_plan): the leaf
         # indexes of the parameter entries (None: every entry is a parameter's) and of the
         # buffer entries ---
         self.parameter_leaves: list[int] | None = None
@@ -214,7 +214,7 @@ class Plan:
         # to_module: the names written into each dict whose order they change
         # (registration.py; traced, the Route's grouping)
         self.dict_groups: list[DictGroup] | None = None
-        self.layout: Any = None  # the old values' TensorDict layout (flatten.py)
+        self.key_tree: Any = None  # the old values' TensorDict structure (flatten.KeyTree)
         self.distributed = Distributed.NONE  # FSDP2, DDP or neither (plan.resolve)
 
 

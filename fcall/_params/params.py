@@ -2,7 +2,7 @@
 
 Design (see docs/tensordictparams.md for the long form):
 
-* A subclass of ``tensordict.nn.TensorDictParams``: it inherits the ~200 TensorDictBase methods
+* A subclass of ``tensordict.nn.TensorDictParams``: it inherits the TensorDictBase methods
   that forward to the wrapped TensorDict (``_param_td``) and is an instance of both
   ``TensorDictBase`` and ``nn.Module``. It overrides the paths that break under
   ``torch.compile`` or misbehave eagerly: construction, every write, reads, locking, copies.
