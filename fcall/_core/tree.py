@@ -10,15 +10,22 @@ name -> slot rule (``Slots``), for every front and the builder.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
 
-from .types import Key, SlotKind
+from .types import Key, SlotKind, new_entry
 
 
-def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
+class Unwrapped(NamedTuple):
+    """A module without its wrappers (``unwrap``)."""
+
+    root: nn.Module
+    prefixes: list[str]  # the wrappers' names of what each wraps, outermost first
+
+
+def unwrap(module: nn.Module) -> Unwrapped:
     """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
     prefixes = []
     while True:
@@ -28,19 +35,19 @@ def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
         elif isinstance(module, nn.parallel.DistributedDataParallel):
             prefixes.append("module")
             module = module.module
-        else:
-            return module, prefixes
+        else:  # traced: no class call (types.new_entry)
+            return new_entry(Unwrapped, (module, prefixes))
 
 
-def unwrap_for_keys(module: nn.Module) -> tuple[nn.Module, list[str]]:
+def unwrap_for_keys(module: nn.Module) -> Unwrapped:
     """``unwrap``, with every prefix a key may carry and ``strip`` drops: the wrappers',
     and ``_orig_mod`` on any module. Dynamo traces a ``torch.compile``-d module as its
     ``_orig_mod``, where the wrapper is not seen: its prefix is accepted everywhere (eager and
     compiled alike) when the module has no submodule of that name."""
-    root, prefixes = unwrap(module)
-    if "_orig_mod" not in prefixes:
-        prefixes.append("_orig_mod")
-    return root, prefixes
+    unwrapped = unwrap(module)
+    if "_orig_mod" not in unwrapped.prefixes:
+        unwrapped.prefixes.append("_orig_mod")
+    return unwrapped
 
 
 def strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:
