@@ -65,7 +65,7 @@ def prepare(
     ``read_slots``: ``plan.read_slots``, called once the tree is resharded (before, the slots
     hold the unsharded parameters, whose storage FSDP frees)."""
     if plan.distributed is Distributed.FSDP:
-        root = unwrap(module).root
+        root = unwrap(module)[0]
         return _prepare_sharded(root, plan, leaves, mode, non_blocking, read_slots)
     if plan.distributed is Distributed.DDP and mode is not INPLACE:
         _refuse_grad_through_ddp(plan, leaves)
@@ -79,7 +79,7 @@ def classified(module: nn.Module, owners: list[nn.Module]) -> Distributed:
         return Distributed.NONE
     if _is_fsdp(owners):
         return Distributed.FSDP
-    return Distributed.DDP if "module" in unwrap(module).prefixes else Distributed.NONE
+    return Distributed.DDP if "module" in unwrap(module)[1] else Distributed.NONE
 
 
 def copy_in(swap: Swap, values: Sequence[Any]) -> None:

@@ -144,7 +144,7 @@ def _built(
     """The plan of ``leaves`` in ``module``: built, bound and classified (eager, or traced on
     the generic path), with its layout and the owners the binding reached."""
     layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=traced)
-    owners, dicts = reach(layout, unwrap(module).root)
+    owners, dicts = reach(layout, unwrap(module)[0])
     plan = bind(layout, owners, dicts, traced)
     plan.distributed = distributed.classified(module, owners)
     return new_entry(_Built, (plan, layout, owners))  # traced: no class call (types.new_entry)

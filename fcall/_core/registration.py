@@ -141,7 +141,7 @@ def run_hooks(
     its slot and in ``new``. Nothing to do, and nothing read, when no hook is registered."""
     if not _global_parameter_registration_hooks:
         return
-    root = unwrap(module).root
+    root = unwrap(module)[0]
     slots: list[dict] = list(plan.slots)
     if targets is not None:
         slots = [slot if target is None else target for slot, target in zip(slots, targets)]

@@ -104,7 +104,7 @@ def resolve(
         if level_values is None:  # a TensorDict's values read now (a dict's: _dict_shape)
             tuple(map(isinstance, values, _repeat(torch.Tensor)))  # see fcall/README.md
     layout = route.layout
-    owners, dicts = reach(layout, unwrap(module).root)
+    owners, dicts = reach(layout, unwrap(module)[0])
     if not _same(tuple(map(tuple, dicts[: len(owners)])), route.owner_keys):
         return None
     buffers = dicts[len(owners) :]  # a Route's layout has no attribute's slot

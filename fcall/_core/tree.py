@@ -10,22 +10,15 @@ name -> slot rule (``Slots``), for every front and the builder.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import nn
 
-from .types import Key, SlotKind, new_entry
+from .types import Key, SlotKind
 
 
-class Unwrapped(NamedTuple):
-    """A module without its wrappers (``unwrap``)."""
-
-    root: nn.Module
-    prefixes: list[str]  # the wrappers' names of what each wraps, outermost first
-
-
-def unwrap(module: nn.Module) -> Unwrapped:
+def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
     """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
     prefixes = []
     while True:
@@ -35,19 +28,19 @@ def unwrap(module: nn.Module) -> Unwrapped:
         elif isinstance(module, nn.parallel.DistributedDataParallel):
             prefixes.append("module")
             module = module.module
-        else:  # traced: no class call (types.new_entry)
-            return new_entry(Unwrapped, (module, prefixes))
+        else:
+            return module, prefixes
 
 
-def unwrap_for_keys(module: nn.Module) -> Unwrapped:
+def unwrap_for_keys(module: nn.Module) -> tuple[nn.Module, list[str]]:
     """``unwrap``, with every prefix a key may carry and ``strip`` drops: the wrappers',
     and ``_orig_mod`` on any module. Dynamo traces a ``torch.compile``-d module as its
     ``_orig_mod``, where the wrapper is not seen: its prefix is accepted everywhere (eager and
     compiled alike) when the module has no submodule of that name."""
-    unwrapped = unwrap(module)
-    if "_orig_mod" not in unwrapped.prefixes:
-        unwrapped.prefixes.append("_orig_mod")
-    return unwrapped
+    root, prefixes = unwrap(module)
+    if "_orig_mod" not in prefixes:
+        prefixes.append("_orig_mod")
+    return root, prefixes
 
 
 def strip(root: nn.Module, key: Key, prefixes: list[str]) -> Key:

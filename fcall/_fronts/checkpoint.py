@@ -135,7 +135,7 @@ def from_checkpoint(
     problems = _problems(own, names, selected, unknown, stored, tensors, keys is None)
     if problems:  # everything checked against the metadata: nothing allocated or read yet
         raise CheckpointMismatch(
-            _mismatch(path, type(unwrap(module).root).__name__, problems, names, tensors, under)
+            _mismatch(path, type(unwrap(module)[0]).__name__, problems, names, tensors, under)
         )
     to_load: dict[str, torch.Tensor] = {}  # checkpoint key -> the new leaf it fills
     leaves: dict[Key, torch.Tensor] = {}
@@ -214,7 +214,7 @@ def _stripped(module: nn.Module, own: list[Key], stored: dict[str, Any]) -> dict
     """Checkpoint names without the DDP / torch.compile wrappers' prefixes, for a checkpoint
     written from the wrapped module (``get_model_state_dict`` writes them so): used when the
     checkpoint has no key under the wrappers' prefix."""
-    wrappers = unwrap(module).prefixes
+    wrappers = unwrap(module)[1]
     if not wrappers:
         return {}
     head = ".".join(wrappers) + "."

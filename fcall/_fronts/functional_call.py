@@ -263,7 +263,7 @@ def _submodule(root: nn.Module, path: tuple[str, ...]) -> nn.Module:
 def _check_extras(module: nn.Module, extras: list[_Extra]) -> None:
     """torch's checks of an attribute key (``swap_tensor``), before anything is written;
     finds each key's submodule (after ``strict``'s check, as torch.func)."""
-    root = unwrap(module).root
+    root, _ = unwrap(module)
     for extra in extras:
         extra.owner = _submodule(root, extra.path)
         if extra.value is not None and not isinstance(extra.value, torch.Tensor):
@@ -281,7 +281,7 @@ def _check_extras(module: nn.Module, extras: list[_Extra]) -> None:
 
 def _strict_error(module: nn.Module, found: _Split, tie_weights: bool, api: str) -> RuntimeError:
     """``strict=True`` with unexpected keys: torch's message, and fcall's detail."""
-    root = unwrap(module).root
+    root, _ = unwrap(module)
     names, tied = names_and_ties(all_named_tensors(root))
     given = set(found.given)
     if tie_weights:
