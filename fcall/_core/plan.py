@@ -47,7 +47,6 @@ from .types import (
     SlotKind,
     SlotRef,
     StalePlan,
-    new_entry,
 )
 
 _MAX_PLANS_PER_MODULE = 16
@@ -69,7 +68,8 @@ def resolve(
         if routed is not None:
             return routed
         leaves = flatten_generic(params)
-        return _built(module, leaves, tie_weights, strict, traced=True).plan, leaves
+        plan, _layout, _owners = _built(module, leaves, tie_weights, strict, traced=True)
+        return plan, leaves
     leaves = flatten_eager(params)
     return _cached_plan(module, leaves, tie_weights, strict), leaves
 
@@ -130,37 +130,30 @@ def _cached_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: b
     return found.plan
 
 
-class _Built(NamedTuple):
-    """A plan built and bound (``_built``), with its layout and the owners it was bound to."""
-
-    plan: Plan
-    layout: PlanLayout
-    owners: list[nn.Module]
-
-
 def _built(
     module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool, *, traced: bool
-) -> _Built:
+) -> tuple[Plan, PlanLayout, list[nn.Module]]:
     """The plan of ``leaves`` in ``module``: built, bound and classified (eager, or traced on
-    the generic path), with its layout and the owners the binding reached."""
+    the generic path), with its layout and the owners the binding reached. Three values, not
+    a NamedTuple: traced, its class would be one more global that the guards check on every
+    call."""
     layout = build(module, leaves.keys, tie_weights=tie_weights, strict=strict, traced=traced)
     owners, dicts = reach(layout, unwrap(module)[0])
     plan = bind(layout, owners, dicts, traced)
     plan.distributed = distributed.classified(module, owners)
-    return new_entry(_Built, (plan, layout, owners))  # traced: no class call (types.new_entry)
+    return plan, layout, owners
 
 
 def _new_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool) -> CachedPlan:
     """The plan of ``leaves`` in ``module``, built, bound (eager), and how to tell it is stale."""
-    built = _built(module, leaves, tie_weights, strict, traced=False)
-    plan = built.plan
+    plan, layout, owners = _built(module, leaves, tie_weights, strict, traced=False)
     kinds = plan.kinds  # slot_values' bulk conversion: the leaves of each kind's entries
     parameter_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is PARAMETER]
     if len(parameter_leaves) != len(kinds):
         plan.parameter_leaves = parameter_leaves
     plan.buffer_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is BUFFER]
     watch = tie_weights or strict
-    staleness = Staleness(plan, built.layout, built.owners, watch=watch, strict=strict)
+    staleness = Staleness(plan, layout, owners, watch=watch, strict=strict)
     return CachedPlan(plan, staleness)
 
 

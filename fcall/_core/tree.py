@@ -19,7 +19,9 @@ from .types import Key, SlotKind
 
 
 def unwrap(module: nn.Module) -> tuple[nn.Module, list[str]]:
-    """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes."""
+    """Strip ``torch.compile`` and DDP-style wrappers; return the root and their prefixes (a
+    plain pair: traced, a NamedTuple's class is one more global the guards check on every
+    call)."""
     prefixes = []
     while True:
         if isinstance(module, torch._dynamo.eval_frame.OptimizedModule):
