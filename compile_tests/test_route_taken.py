@@ -87,10 +87,16 @@ CASES: list[tuple[str, Callable, Callable[[], tuple[nn.Module, Any]], Any]] = [
         Generic.TIED,
     ),
     (
-        "an RNN",
+        "swap an RNN",
         swap_call,
         lambda: (lambda m: (m, flat(fcall.from_module(m).detach().clone())))(nn.GRU(3, 4)),
-        Generic.RNN,
+        Route,
+    ),
+    (
+        "to_module an RNN",
+        to_module_call,
+        lambda: (lambda m: (m, fcall.from_module(m).detach().clone()))(nn.LSTM(3, 4, 2)),
+        Route,
     ),
 ]
 

@@ -60,6 +60,7 @@ def _cases():
     net = Net()
     td = fcall.from_module(net)
     deep = nn.Sequential(nn.Sequential(Net()))
+    rnn = nn.Sequential(nn.GRU(2, 3))
     return [
         ("TensorDict", td, net),
         ("nested dict", td.to_dict(), net),
@@ -78,6 +79,7 @@ def _cases():
             net,
         ),
         ("flat dict, deep", flat(fcall.from_module(deep)), deep),
+        ("an RNN", flat(fcall.from_module(rnn)), rnn),
         ("a compiled module", flat(td), torch.compile(net)),
     ]
 
@@ -129,11 +131,6 @@ def test_a_routes_plan_is_the_generic_plan_bound_by_descent(case):
             Generic.TIED,
         ),
         (
-            flat(fcall.from_module(nn.Sequential(nn.GRU(2, 3)))),
-            nn.Sequential(nn.GRU(2, 3)),
-            Generic.RNN,
-        ),
-        (
             {"lin.weight": torch.ones(2, 2), "scale": torch.ones(2)},
             WithAttribute(),
             Generic.ATTRIBUTE,
@@ -154,7 +151,6 @@ def test_a_routes_plan_is_the_generic_plan_bound_by_descent(case):
     ids=[
         "tied-given",
         "tied-both-given",
-        "rnn",
         "plain-attribute",
         "unknown",
         "flat-unknown",

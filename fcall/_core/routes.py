@@ -48,7 +48,6 @@ class Generic(enum.Enum):
     DDP = "a DistributedDataParallel wrapper"
     FSDP = "an FSDP2 tree"
     BUILDER_RAISED = "the builder raised (an unknown key, a name twice, a scripted module)"
-    RNN = "an RNN owner (its flat weights are reset after the swap)"
     ATTRIBUTE = "a plain tensor attribute"
     TIED = "a tied name given, or a given name aliased"
     REPEATED = "a submodule at two paths, or a slot named twice"
@@ -280,8 +279,6 @@ def _route(
 
 def _declined(layout: PlanLayout) -> Generic | None:
     """Why the builder's ``layout`` takes the generic path, if it does."""
-    if layout.rnn_owners:
-        return Generic.RNN
     if layout.repeated:
         return Generic.REPEATED
     if layout.tie_groups or len(layout.slots) != layout.given:  # the tied names added

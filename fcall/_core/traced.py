@@ -20,8 +20,8 @@ later call fails one of them and recompiles; the new trace decides again.
 
 Anything the Route does not cover is decided as a ``Generic`` reason (``routes.Generic``: an
 unknown key, tied names given or aliased, a submodule at two paths, a plain tensor attribute,
-RNNs, FSDP2 and DDP trees, values that are not tensors, a module or params already changed in
-the trace, Dynamo's aliasing guards turned on, ...; ``strict`` returns before the decision):
+FSDP2 and DDP trees, values that are not tensors, a module or params already changed in the
+trace, Dynamo's aliasing guards turned on, ...; ``strict`` returns before the decision):
 ``resolve`` returns ``None`` and the caller takes the generic traced path (``build`` traced),
 which raises the eager errors. The decision catches one exception only, the builder's own
 ``Fault`` (the generic path raises it, traced): any other error of a Route fails the compile.
