@@ -38,16 +38,7 @@ from .bind import bind, reach
 from .build import build
 from .flatten import Leaves, flatten_eager, flatten_generic
 from .tree import unwrap
-from .types import (
-    BUFFER,
-    PARAMETER,
-    Levels,
-    Plan,
-    PlanLayout,
-    SlotKind,
-    SlotRef,
-    StalePlan,
-)
+from .types import BUFFER, PARAMETER, Levels, Plan, PlanLayout, SlotKind, SlotRef, StalePlan
 
 _MAX_PLANS_PER_MODULE = 16
 
@@ -152,8 +143,7 @@ def _new_plan(module: nn.Module, leaves: Leaves, tie_weights: bool, strict: bool
     if len(parameter_leaves) != len(kinds):
         plan.parameter_leaves = parameter_leaves
     plan.buffer_leaves = [leaf for leaf, kind in zip(plan.leaves, kinds) if kind is BUFFER]
-    watch = tie_weights or strict
-    staleness = Staleness(plan, layout, owners, watch=watch, strict=strict)
+    staleness = Staleness(plan, layout, owners, watch=tie_weights or strict, strict=strict)
     return CachedPlan(plan, staleness)
 
 
